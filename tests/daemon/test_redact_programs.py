@@ -5,6 +5,8 @@ H1: `curl --user bob:pw`, `-ubob:pw`, `redis-cli -ahunter2`, `env sshpass -p ...
 `bash -c 'curl -u ...'` stayed in clear). The same options of other programs stay readable."""
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -103,6 +105,10 @@ def test_other_programs_options_stay_readable(argv):
 
 
 ROOT = Path(__file__).resolve().parents[2]
+# Holds the simulated GPU for a second (the profile ticks four times a second): the store
+# records the process, its command line read from /proc.
+USES_GPU = ("from daemon.sim.device import Device\nwith Device(0) as gpu:\n"
+            "    for _ in range(8):\n        gpu.kernel(0.125)\n")
 
 
 def test_a_profile_shows_no_program_password_in_any_of_its_files(tmp_path):
@@ -110,13 +116,14 @@ def test_a_profile_shows_no_program_password_in_any_of_its_files(tmp_path):
     carrying curl's, redis-cli's and sshpass's passwords in the forms that leaked. None is in
     profile.json (the command, and the process the store recorded from /proc), summary.md,
     profile.html, the store, or what the profile printed."""
-    from tests.daemon.test_profile import USES_GPU, profile
-
     out = tmp_path / "sec"
-    result = profile(out, "--simulate", "--", sys.executable, "-c", USES_GPU,
-                     "x", "--password=hunter1", "curl -u bob:pw123", "curl", "--user",
-                     "bob:pw456", "-ubob:pw789", "sh -c 'redis-cli -ahunter2 ping'",
-                     "env sshpass -p hunter3 ssh h")
+    command = [sys.executable, "-c", USES_GPU, "x", "--password=hunter1", "curl -u bob:pw123",
+               "curl", "--user", "bob:pw456", "-ubob:pw789", "sh -c 'redis-cli -ahunter2 ping'",
+               "env sshpass -p hunter3 ssh h"]
+    result = subprocess.run(
+        [sys.executable, "-m", "daemon", "profile", "--out", str(out), "--simulate", "--",
+         *command], capture_output=True, text=True, timeout=300, cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)), stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stderr
     secrets = ["hunter1", "pw123", "pw456", "pw789", "hunter2", "hunter3"]
     names = sorted(p.name for p in out.iterdir())
