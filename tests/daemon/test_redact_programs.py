@@ -39,6 +39,9 @@ R = REDACTED
     (["redis-cli", "-ahunter2", "ping"], f"redis-cli -a{R} ping"),
     (["redis-cli", "-h", "db", "--pass=hunter2"], f"redis-cli -h db --pass={R}"),
     (["keydb-cli", "-ahunter2"], f"keydb-cli -a{R}"),
+    # long forms that name a secret, for any program: redis-cli's user name stays
+    (["redis-cli", "--user", "alice", "--pass", "hunter2"], f"redis-cli --user alice --pass {R}"),
+    (["curl", "--pass", "phrase1", "https://x"], f"curl --pass {R} https://x"),
     (["sshpass", "-phunter2", "ssh", "h"], f"sshpass -p{R} ssh h"),
     # after a wrapper, whatever its own options
     (["env", "sshpass", "-p", "hunter2", "ssh", "h"], f"env sshpass -p {R} ssh h"),
