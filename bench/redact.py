@@ -55,6 +55,8 @@ def long_arguments(size: int) -> dict[str, str]:
         "scheme-like": "a+" * (size // 2),
         "path of a=": "/a=" * (size // 3),  # every `/` starts a word: each name is looked at
         "spaced words": "lr=3e-4 https://host/path?x=1 " * (size // 30),
+        # a program's password options in a shell's -c text: every word is looked at
+        "curl -u words": ("curl -fsSLubob:pw -u 'a b:c d' " * (size // 30))[:size],
     }
 
 

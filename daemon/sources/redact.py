@@ -29,8 +29,13 @@ What is hidden:
   after `--`), `--db-password=VALUE`, `HF_TOKEN=VALUE` (after a `/` too: a path's
   `/srv/password=VALUE`, a file a process named), quoted (`--password='a b'`,
   `HF_TOKEN="VALUE"`, `login(password='VALUE')`), `--api-key= VALUE`, `PASSWORD: VALUE`,
-  `"secret": "VALUE"`, `X-Api-Key: VALUE`; `curl -u user:PASSWORD`, `sshpass -p PASSWORD`,
-  `redis-cli -a PASSWORD`;
+  `"secret": "VALUE"`, `X-Api-Key: VALUE`;
+- a program's own password options (PROGRAM_OPTIONS), separate, glued or after `=`:
+  `curl -u user:PASSWORD` (`--user`, `-uuser:PASSWORD`, `-fsSLu`; `-U`, `-E file:PASSWORD`,
+  `--oauth2-bearer`, `-b name=VALUE`), `sshpass -p PASSWORD`, `redis-cli -a PASSWORD`
+  (`-aPASSWORD`), after the program (by its basename) wherever it starts a word: argv[0], after
+  `env`, `sudo`, `timeout`, `xargs`, inside a `bash -c` text or a stored command line. The same
+  options of other programs stay (`python -u`, `ssh -p 2222`, `docker run -u 1000:1000`);
 - credentials in URLs (`https://user:pw@host`), signature and key query parameters (Azure SAS
   `sig=`, `X-Amz-Signature=`, `X-Goog-Signature=`, `key=`), connection-string keys (Azure
   `AccountKey=`, `SharedAccessKey=`, `Password=`, ODBC `Pwd=`);
@@ -73,7 +78,7 @@ import json
 import logging
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from daemon.sources.safe_text import REDACTED as REDACTED  # (re-exported: the hidden marker)
 from daemon.sources.safe_text import lines, one_line, without_url_credentials
@@ -190,10 +195,9 @@ def redacted_words(argv: list[str] | tuple[str, ...]) -> list[str]:
     previous = ""
     in_pem = False
     left = COMMAND_LIMIT
-    # sshpass -p PASSWORD, redis-cli -a PASSWORD: there the short option is the password
-    # (-p is a port everywhere else, -a anything)
-    program = argv[0].rsplit("/", 1)[-1] if argv else ""
-    password_option = PASSWORD_SHORT_OPTIONS.get(program)
+    # curl -u user:PASSWORD, sshpass -p PASSWORD, redis-cli -a PASSWORD: a program's own
+    # options (PROGRAM_OPTIONS), after the program wherever it comes (env, sudo, timeout, ...)
+    programs = _ProgramOptions(in_text=False)
     for index, whole in enumerate(argv):
         if left <= 0:
             words.append(f"<truncated: {len(argv) - index} more arguments>")
@@ -211,6 +215,8 @@ def redacted_words(argv: list[str] | tuple[str, ...]) -> list[str]:
             if rest or not words or words[-1] != REDACTED:
                 words.append(REDACTED + rest)
             continue
+        own = programs.word(word) if programs.program is not None or word in PROGRAM_OPTIONS \
+            or "/" in word and word.rpartition("/")[2] in PROGRAM_OPTIONS else None  # (fast)
         if hide_next:
             if word == "--":  # `--password -- VALUE`: the end of options, then the value
                 words.append(word)
@@ -219,9 +225,9 @@ def redacted_words(argv: list[str] | tuple[str, ...]) -> list[str]:
             # mysql -P 3306, scp -P 2222: after -P a port is a port.
             words.append(word if previous == "-P" and _is_port(word) else REDACTED + cut)
             continue
-        if previous == "-u" and ":" in word:  # curl -u user:password
+        if own is not None:  # `-ubob:<redacted>`, `<redacted>` after `sshpass -p`
             previous = word
-            words.append(word[:word.index(":") + 1] + REDACTED + cut)
+            words.append(redact_text(own) + cut)
             continue
         begin = _PEM_BEGIN.search(word)
         if begin is not None and _PEM_END.search(word, begin.end()) is None \
@@ -231,7 +237,6 @@ def redacted_words(argv: list[str] | tuple[str, ...]) -> list[str]:
             words.append(word[:begin.start()] + REDACTED + cut)
             continue
         hide_next = (_is_secret_flag(word) or word == "-P" or word.lower() in SECRET_ANNOUNCERS
-                     or word == password_option
                      # `--api-key= VALUE`, `PASSWORD: VALUE`: the name and its sign, alone
                      or len(word) > 1 and word[-1] in "=:" and is_secret_name(word[:-1]))
         previous = word
@@ -239,9 +244,157 @@ def redacted_words(argv: list[str] | tuple[str, ...]) -> list[str]:
     return words
 
 
-# Programs whose short option (alone, the value next) is a password: `sshpass -p PASSWORD`,
-# `redis-cli -a PASSWORD` (and `keydb-cli`, its fork).
-PASSWORD_SHORT_OPTIONS = {"sshpass": "-p", "redis-cli": "-a", "keydb-cli": "-a"}
+# What of a program's option's value is secret: all of it (`sshpass -p PASSWORD`), what follows
+# its first `:` (`curl -u user:PASSWORD`; without one curl asks for the password), or all of it
+# when it holds a `=` (`curl -b name=VALUE`; without one it names a file).
+_WHOLE, _AFTER_COLON, _WITH_EQUALS = "whole", "after colon", "with equals"
+
+
+class _Program(NamedTuple):
+    """A program whose own options carry a password, which the same option of another program
+    does not (`-p` is a port, `-u` a user, `-a` anything)."""
+
+    options: Mapping[str, str]  # option: what of its value is secret
+    # Short options without a value that may come first in the same word (`curl -fsSLu u:pw`).
+    flags: str = ""
+    # A program whose options all come before its first other argument (sshpass: the command it
+    # runs follows, with options of its own: `ssh -p 2222`): its options that take a value.
+    valued: frozenset[str] | None = None
+
+
+_REDIS = _Program({"-a": _WHOLE, "--pass": _WHOLE})
+# The program by its basename (`/usr/bin/curl`). Its options are looked for wherever it starts
+# a word: argv[0], after a wrapper (`env`, `sudo -u x`, `timeout 60`, `xargs`), inside a shell's
+# `-c` text or a stored command line. Their value comes next, glued (`-ubob:pw`, `-ahunter2`) or
+# after `=` (`--user=bob:pw`).
+PROGRAM_OPTIONS: Mapping[str, _Program] = {
+    "curl": _Program({"-u": _AFTER_COLON, "--user": _AFTER_COLON, "-U": _AFTER_COLON,
+                      "--proxy-user": _AFTER_COLON, "-E": _AFTER_COLON, "--cert": _AFTER_COLON,
+                      "--proxy-cert": _AFTER_COLON, "--oauth2-bearer": _WHOLE,
+                      "-b": _WITH_EQUALS, "--cookie": _WITH_EQUALS},
+                     flags="0123456aBfgGIijJklLMnNOpqRsSvVZ#"),
+    "sshpass": _Program({"-p": _WHOLE}, valued=frozenset({"-f", "-d", "-p", "-P"})),
+    "redis-cli": _REDIS,
+    "keydb-cli": _REDIS,  # redis-cli's fork
+}
+_QUOTES = "'\""
+_SEPARATORS = frozenset({"|", "||", "&&", ";", "&", "|&"})
+
+
+class _ProgramOptions:
+    """Walks a command's words (an argv, or a text split at its spaces), and hides the values
+    of the options PROGRAM_OPTIONS names, in the words after their program. In a text, a quote
+    around a value is kept (`'curl -u bob:pw'` gives `'curl -u bob:<redacted>'`), a value in
+    quotes with spaces is hidden to its closing quote, and a program's options end with its
+    command (`|`, `;`, `&&`, a new line)."""
+
+    __slots__ = ("in_text", "program", "pending", "skip", "open_quote")
+
+    def __init__(self, in_text: bool) -> None:
+        self.in_text = in_text
+        self.program: _Program | None = None
+        self.pending: str | None = None  # what of the next word is secret
+        self.skip = False  # the next word is the value of an option that is no secret
+        self.open_quote = ""  # the quote a hidden value opened, hidden to where it closes
+
+    def word(self, word: str) -> str | None:
+        """The word with its secret hidden, or None: not an option's value (nor an option
+        with its value glued): redact it as any other word."""
+        if self.open_quote:
+            if self.open_quote not in word:
+                return ""
+            rest = word[word.index(self.open_quote) + 1:]
+            self.open_quote = ""
+            return rest
+        if self.pending is not None:
+            kind, self.pending = self.pending, None
+            return self._hidden(word, kind)
+        if self.skip:
+            self.skip = False
+            return None
+        program, core = self.program, word.lstrip(_QUOTES) if self.in_text else word
+        if program is not None and len(core) > 1 and core[0] == "-" and core != "--":
+            secret, at = _secret_option(program, core)
+            if secret is not None:
+                if at >= len(core):
+                    self.pending = secret
+                    return None
+                return word[:len(word) - len(core) + at] + self._hidden(core[at:], secret)
+            self.skip = program.valued is not None and core in program.valued
+            return None
+        if program is not None and program.valued is not None:
+            self.program = None  # the command sshpass runs: its options are its own
+        name = core
+        if self.in_text:  # `$(curl`, `x=$(curl`, `x;curl`, `a&&curl`, `{ curl`
+            for mark in ";|&(`{":
+                name = name.rpartition(mark)[2]
+        found = PROGRAM_OPTIONS.get(name[name.rfind("/") + 1:])
+        if found is not None:
+            self.program = found
+        return None
+
+    def end_of_command(self) -> None:
+        self.program, self.pending, self.skip = None, None, False
+
+    def _hidden(self, value: str, kind: str) -> str:
+        lead = trail = ""
+        if self.in_text and value and value[0] in _QUOTES:
+            lead, value = value[0], value[1:]
+            close = value.find(lead)
+            if close < 0:  # `--user 'bob:two words'`: hidden to the closing quote
+                self.open_quote = trail = lead
+            else:  # what follows the closing quote is the quote or quotes it sits in
+                after = value[close:]
+                value, trail = value[:close], after if not after.strip(_QUOTES) else lead
+        elif self.in_text and value and value[-1] in _QUOTES:
+            value, trail = value[:-1], value[-1]  # the quote around the whole command
+        if kind == _AFTER_COLON:
+            colon = value.find(":")
+            if colon < 0:
+                return lead + value + trail
+            return lead + value[:colon + 1] + REDACTED + trail
+        if not value or kind == _WITH_EQUALS and "=" not in value:
+            return lead + value + trail
+        return lead + REDACTED + trail
+
+
+def _secret_option(program: _Program, word: str) -> tuple[str | None, int]:
+    """(what of its value is secret, where in `word` the value starts: len(word) when it is
+    the next word) for one of the program's secret options; (None, 0) for any other word."""
+    if word.startswith("--"):
+        name, equals, _ = word.partition("=")
+        return program.options.get(name), len(name) + 1 if equals else len(word)
+    at = 1
+    while at < len(word) and word[at] in program.flags:
+        at += 1
+    if at >= len(word):
+        return None, 0
+    return program.options.get("-" + word[at]), at + 1
+
+
+def _program_values(text: str) -> str:
+    """The values of PROGRAM_OPTIONS's options in one string (an argument that is a shell's
+    `-c` text, a stored command line, a log message), after their program at any word's
+    start."""
+    if " " not in text and "\t" not in text and "\n" not in text:
+        return text  # one word (a shell splits words at these): no program and its option
+    for name in PROGRAM_OPTIONS:
+        if name in text:
+            break
+    else:
+        return text
+    parts = re.split(r"(\s+)", text)  # words at even indices, the spaces between at odd
+    programs = _ProgramOptions(in_text=True)
+    for i in range(0, len(parts), 2):
+        if i and "\n" in parts[i - 1] and not programs.open_quote:
+            programs.end_of_command()
+        word = parts[i]
+        hidden = programs.word(word)
+        if hidden is not None:
+            parts[i] = hidden
+        if word and (word in _SEPARATORS or word[-1] in ";|&") and not programs.open_quote:
+            programs.end_of_command()
+    return "".join(parts)
 
 
 def _cut(word: str) -> tuple[str, str]:
@@ -329,6 +482,7 @@ def redact_text(text: str) -> str:
     text = _QUOTED_PAIR.sub(_quoted_pair, text)
     text = _assignments(text)
     text = _flag_values(text)
+    text = _program_values(text)
     text = _AUTHORIZATION.sub(lambda m: m.group("scheme") + m.group("space") + REDACTED, text)
     return _TOKENS.sub(REDACTED, text)
 
