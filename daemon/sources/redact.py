@@ -229,6 +229,12 @@ def redacted_words(argv: list[str] | tuple[str, ...]) -> list[str]:
             previous = word
             words.append(redact_text(own) + cut)
             continue
+        if previous == "-u" and ":" in word and not word.partition(":")[2].isdigit():
+            # `-u user:PASSWORD` of a program not in PROGRAM_OPTIONS (curl's form, which other
+            # clients copy): hidden on the safe side; a uid:gid (`docker run -u 1000:1000`) is not
+            previous = word
+            words.append(redact_text(word.partition(":")[0]) + ":" + REDACTED + cut)
+            continue
         begin = _PEM_BEGIN.search(word)
         if begin is not None and _PEM_END.search(word, begin.end()) is None \
                 and not word[begin.end():].strip(" -\n\r\t"):
