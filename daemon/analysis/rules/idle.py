@@ -481,7 +481,6 @@ def idle_verdict(proc: ProcessWindow, a: Analysis) -> IdleVerdict:
     at first keeps its host. (A sign of work or a server never reaches idle_gpu_held; `at_work`
     counts them before this.)"""
     waiting = proc.phases.get(IDLE) or {}
-    where = ""
     if proc.kind.sockets_unknown:
         return IdleVerdict(_look_first_sockets_unknown(proc), SOCKETS_UNKNOWN,
                            "it may serve: whether it (or its parent) listens on a port is not "
@@ -496,10 +495,9 @@ def idle_verdict(proc: ProcessWindow, a: Analysis) -> IdleVerdict:
                            "only /proc says it waits (no stacks): it may wait on a peer, a lock "
                            "or a socket about to answer")
     top = next(iter(waiting.get("top_stacks") or []), None)
-    reason = str(top.get("reason", "")) if isinstance(top, Mapping) else ""
-    if isinstance(top, Mapping):
-        where = f"{top.get('file')}:{top.get('line')}"
-    if reason.startswith(LOCK_WAIT):
+    top = top if isinstance(top, Mapping) else {}
+    waits_in, where = str(top.get("reason", "")), f"{top.get('file')}:{top.get('line')}"
+    if waits_in.startswith(LOCK_WAIT):
         return IdleVerdict(_look_first_lock(proc, where), ON_A_LOCK,
                            f"waits on a lock ({where}): whoever holds it decides when it goes "
                            "on")
@@ -509,15 +507,15 @@ def idle_verdict(proc: ProcessWindow, a: Analysis) -> IdleVerdict:
                            f"waits for a child process it started ({child.get('file')}:"
                            f"{child.get('line')}): the child runs on this host")
     notebook = proc.kind.kind == NOTEBOOK
-    if not notebook and proc.kind.peer_connections > 0 and reason.startswith(FD_WAITS):
+    if not notebook and proc.kind.peer_connections > 0 and waits_in.startswith(FD_WAITS):
         return IdleVerdict(_look_first_peers(proc, where), ON_PEERS,
                            f"waits on its sockets ({where}) with TCP connections it opened: "
                            "whoever is at the other end may send it work")
-    if not notebook and reason.startswith(TIMER_WAIT):
+    if not notebook and waits_in.startswith(TIMER_WAIT):
         return IdleVerdict(_look_first_timer(proc, where), ON_A_TIMER,
                            f"waits in its asyncio event loop ({where}), woken by a timer within "
                            "a minute: a coroutine may poll for work between its sleeps")
-    if reason.startswith(STOPPED):
+    if waits_in.startswith(STOPPED):
         # Stopped by a signal: not between batches, whatever it computed before the stop
         # (how much of the window that was depends on when the stop came)
         return IdleVerdict(_sigterm(proc), SIGTERM, None)
