@@ -44,7 +44,8 @@ child process it waits for, a lock, a poller, no stacks to read...). `mlcostd id
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, NamedTuple
 
 from daemon.analysis.busy import DEFAULT_GPU_HELD_AFTER_S, DEFAULT_HOST_IDLE_AFTER_S
@@ -463,14 +464,23 @@ class IdleVerdict(NamedTuple):
     SIGTERM, or the look first that replaced it). `why`, for a look first, says it in words
     for GET /v1/idle (work_reasons); None for the SIGTERM. A look first means mlcostd cannot
     tell that stopping the process stops nothing that works or may run again, so the host is
-    not stopped either (`at_work`)."""
-    action: dict[str, object]
+    not stopped either (`at_work`). The texts are made when asked: at_work asks only the
+    reason, every round, for every process on an idle GPU."""
     reason: str
-    why: str | None
+    make_action: Callable[[], dict[str, object]]
+    make_why: Callable[[], str] | None = None
 
     @property
     def looks_first(self) -> bool:
         return self.reason != SIGTERM
+
+    @property
+    def action(self) -> dict[str, object]:
+        return self.make_action()
+
+    @property
+    def why(self) -> str | None:
+        return self.make_why() if self.make_why is not None else None
 
 
 def idle_verdict(proc: ProcessWindow, a: Analysis) -> IdleVerdict:
@@ -482,75 +492,84 @@ def idle_verdict(proc: ProcessWindow, a: Analysis) -> IdleVerdict:
     counts them before this.)"""
     waiting = proc.phases.get(IDLE) or {}
     if proc.kind.sockets_unknown:
-        return IdleVerdict(_look_first_sockets_unknown(proc), SOCKETS_UNKNOWN,
-                           "it may serve: whether it (or its parent) listens on a port is not "
-                           "known (the host's TCP table is longer than mlcostd reads)")
+        return IdleVerdict(
+            SOCKETS_UNKNOWN, lambda: _look_first_sockets_unknown(proc),
+            lambda: "it may serve: whether it (or its parent) listens on a port is not known "
+                    "(the host's TCP table is longer than mlcostd reads)")
     if not waiting:
-        return IdleVerdict(_look_first(proc), NO_STACKS,
-                           "no stack sample says what it waits for (py-spy missing, not allowed "
-                           "or not yet run on it): idle_gpu_held looks first, and what is not "
-                           "known is not stopped")
+        return IdleVerdict(
+            NO_STACKS, lambda: _look_first(proc),
+            lambda: "no stack sample says what it waits for (py-spy missing, not allowed or not "
+                    "yet run on it): idle_gpu_held looks first, and what is not known is not "
+                    "stopped")
     if waiting.get("confidence") == LOW_CONFIDENCE:
-        return IdleVerdict(_look_first_no_stacks(proc), PROC_ONLY,
-                           "only /proc says it waits (no stacks): it may wait on a peer, a lock "
-                           "or a socket about to answer")
-    top = next(iter(waiting.get("top_stacks") or []), None)
-    top = top if isinstance(top, Mapping) else {}
+        return IdleVerdict(
+            PROC_ONLY, lambda: _look_first_no_stacks(proc),
+            lambda: "only /proc says it waits (no stacks): it may wait on a peer, a lock or a "
+                    "socket about to answer")
+    first = next(iter(waiting.get("top_stacks") or []), None)
+    top: Mapping[str, Any] = first if isinstance(first, Mapping) else {}
     waits_in, where = str(top.get("reason", "")), f"{top.get('file')}:{top.get('line')}"
     if waits_in.startswith(LOCK_WAIT):
-        return IdleVerdict(_look_first_lock(proc, where), ON_A_LOCK,
-                           f"waits on a lock ({where}): whoever holds it decides when it goes "
-                           "on")
+        return IdleVerdict(
+            ON_A_LOCK, lambda: _look_first_lock(proc, where),
+            lambda: f"waits on a lock ({where}): whoever holds it decides when it goes on")
     child = waits_for_child(proc)
     if child is not None:
-        return IdleVerdict(_look_first_child(proc, child), ON_A_CHILD,
-                           f"waits for a child process it started ({child.get('file')}:"
-                           f"{child.get('line')}): the child runs on this host")
+        at = f"{child.get('file')}:{child.get('line')}"
+        return IdleVerdict(
+            ON_A_CHILD, partial(_look_first_child, proc, child),
+            lambda: f"waits for a child process it started ({at}): the child runs on this host")
     notebook = proc.kind.kind == NOTEBOOK
     if not notebook and proc.kind.peer_connections > 0 and waits_in.startswith(FD_WAITS):
-        return IdleVerdict(_look_first_peers(proc, where), ON_PEERS,
-                           f"waits on its sockets ({where}) with TCP connections it opened: "
-                           "whoever is at the other end may send it work")
+        return IdleVerdict(
+            ON_PEERS, lambda: _look_first_peers(proc, where),
+            lambda: f"waits on its sockets ({where}) with TCP connections it opened: whoever is "
+                    "at the other end may send it work")
     if not notebook and waits_in.startswith(TIMER_WAIT):
-        return IdleVerdict(_look_first_timer(proc, where), ON_A_TIMER,
-                           f"waits in its asyncio event loop ({where}), woken by a timer within "
-                           "a minute: a coroutine may poll for work between its sleeps")
+        return IdleVerdict(
+            ON_A_TIMER, lambda: _look_first_timer(proc, where),
+            lambda: f"waits in its asyncio event loop ({where}), woken by a timer within a "
+                    "minute: a coroutine may poll for work between its sleeps")
     if waits_in.startswith(STOPPED):
         # Stopped by a signal: not between batches, whatever it computed before the stop
         # (how much of the window that was depends on when the stop came)
-        return IdleVerdict(_sigterm(proc), SIGTERM, None)
+        return IdleVerdict(SIGTERM, lambda: _sigterm(proc))
     poll = polls_for_work(proc) if not notebook else None
     if poll is not None:
-        where = f"{poll.get('file')}:{poll.get('line')}"
-        return IdleVerdict(_look_first_poller(proc, where), POLLER,
-                           f"polls for work between sleeps ({where}: its CPU time moves while "
-                           "its stacks sleep)")
+        polled = f"{poll.get('file')}:{poll.get('line')}"
+        return IdleVerdict(
+            POLLER, lambda: _look_first_poller(proc, polled),
+            lambda: f"polls for work between sleeps ({polled}: its CPU time moves while its "
+                    "stacks sleep)")
     computed = float((proc.phases.get(COMPUTE) or {}).get("share", 0.0) or 0.0)
     if not notebook and computed >= BETWEEN_BATCHES_MIN_COMPUTE:
-        return IdleVerdict(_look_first_between(proc, computed), BETWEEN_BATCHES,
-                           f"computed {computed:.0%} of the window before it went idle: a job "
-                           "between batches may compute again (stopping the host would stop "
-                           "its next batch)")
-    if is_periodic(proc):
-        # GET /v1/idle names it from Analyzer.periodic, with its runs
-        return IdleVerdict(_look_first_periodic(proc), PERIODIC,
-                           f"a periodic job between runs: its kernels ran in {proc.work_runs} "
-                           "separate runs of the rules' window")
+        return IdleVerdict(
+            BETWEEN_BATCHES, lambda: _look_first_between(proc, computed),
+            lambda: f"computed {computed:.0%} of the window before it went idle: a job between "
+                    "batches may compute again (stopping the host would stop its next batch)")
+    if is_periodic(proc):  # GET /v1/idle names it from Analyzer.periodic, with its runs
+        return IdleVerdict(
+            PERIODIC, lambda: _look_first_periodic(proc),
+            lambda: f"a periodic job between runs: its kernels ran in {proc.work_runs} separate "
+                    "runs of the rules' window")
     one_run = one_run_then_sleeps(proc, a)
     if one_run is not None:
-        where = f"{one_run.get('file')}:{one_run.get('line')}"
-        return IdleVerdict(_look_first_one_run(proc, where), ONE_RUN,
-                           f"ran {proc.kernel_s_seen:.0f} s of kernels, then sleeps: one run "
-                           "seen, a periodic job between its runs may run again (stopping the "
-                           "host would stop its next run)")
+        slept = f"{one_run.get('file')}:{one_run.get('line')}"
+        return IdleVerdict(
+            ONE_RUN, lambda: _look_first_one_run(proc, slept),
+            lambda: f"ran {proc.kernel_s_seen:.0f} s of kernels, then sleeps: one run seen, a "
+                    "periodic job between its runs may run again (stopping the host would stop "
+                    "its next run)")
     if ran_unseen(proc, a):
-        return IdleVerdict(_look_first_unseen(proc, a), UNSEEN,
-                           f"held its GPU before mlcostd started watching it at "
-                           f"{utc_clock(proc.watched_since)} ({duration(proc.unseen_s)} unseen): "
-                           "a periodic job between its runs may run again; watched idle "
-                           f"{duration(proc.idle_watched_s(a.end))} of [idle].longest_period "
-                           f"({duration(a.limit('longest_period_s'))})")
-    return IdleVerdict(_sigterm(proc), SIGTERM, None)
+        return IdleVerdict(
+            UNSEEN, lambda: _look_first_unseen(proc, a),
+            lambda: f"held its GPU before mlcostd started watching it at "
+                    f"{utc_clock(proc.watched_since)} ({duration(proc.unseen_s)} unseen): a "
+                    "periodic job between its runs may run again; watched idle "
+                    f"{duration(proc.idle_watched_s(a.end))} of [idle].longest_period "
+                    f"({duration(a.limit('longest_period_s'))})")
+    return IdleVerdict(SIGTERM, lambda: _sigterm(proc))
 
 
 def check_idle_gpu_held(a: Analysis, rule: Rule) -> list[Finding]:
