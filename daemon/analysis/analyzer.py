@@ -250,9 +250,10 @@ class Analyzer:
             analysis = replace(analysis, processes=tuple(
                 replace(proc, history=fresh[proc.id]) if proc.id in fresh else proc
                 for proc in analysis.processes))
-        periodic = {proc.id: proc.work_runs for proc in analysis.processes
-                    if is_periodic(proc)}
         busy = at_work(analysis)
+        # (of those at work: a periodic job stopped by a signal gets the SIGTERM, and its host
+        # the stop, so GET /v1/idle does not count it either)
+        periodic = {proc.id: proc.work_runs for proc in busy if is_periodic(proc)}
         working = frozenset(proc.id for proc in busy)
         reasons = {proc.id: tuple(why) for proc in busy if (why := work_reasons(proc, analysis))}
         with self.lock:

@@ -32,19 +32,21 @@ manager's queue, a job server's socket that nothing comes to): it serves jobs as
 serves requests, and between jobs there is nothing to prefetch and nothing to stop. So the
 SIGTERM stays for notebooks and stopped jobs.
 
-Nor is the whole host stopped (`host_idle`) while a process on it works or serves (or waits for
-a child process it started, which runs on the host), however idle its GPUs read: a job whose input comes slower than its GPU steps (producer threads decoding in
-Python, a GPU busy 2% of the time) keeps every GPU below the idle line, and stopping the host
-stops it. `mlcostd idle` answers "active" for it too. So does a periodic job between its runs
-(`is_periodic`: kernels in two or more separate runs of the window), which idle_gpu_held tells
-to release the GPU between runs: stopping the host would stop its next run. The first interval
-(one run seen) reads as a job that finished, and is not held back.
+Nor is the whole host stopped (`host_idle`) while a process on it works or serves, however
+idle its GPUs read: a job whose input comes slower than its GPU steps (producer threads decoding
+in Python, a GPU busy 2% of the time) keeps every GPU below the idle line, and stopping the host
+stops it. Nor while idle_gpu_held would look first at a process on it instead of offering the
+SIGTERM (`idle_verdict`, the one test of both): what mlcostd would not stop on its own it does
+not stop with its host (a periodic job between its runs, one run seen, a job between batches, a
+child process it waits for, a lock, a poller, no stacks to read...). `mlcostd idle` answers
+"active" for all of them too (`work_reasons`, Analyzer.periodic).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any, NamedTuple
 
 from daemon.analysis.busy import DEFAULT_GPU_HELD_AFTER_S, DEFAULT_HOST_IDLE_AFTER_S
 from daemon.analysis.cost import HostPrice
@@ -448,47 +450,126 @@ def _look_first_timer(proc: ProcessWindow, where: str) -> dict[str, object]:
                          "when it wakes"]}
 
 
-def _idle_action(proc: ProcessWindow, waiting: dict[str, Any], a: Analysis
-                 ) -> dict[str, object]:
+# What decided idle_gpu_held's action (IdleVerdict.reason): the SIGTERM, or one look first.
+SIGTERM = "sigterm"
+NO_STACKS, SOCKETS_UNKNOWN, PROC_ONLY, ON_A_LOCK = ("no_stacks", "sockets_unknown", "proc_only",
+                                                   "on_a_lock")
+ON_A_CHILD, ON_PEERS, ON_A_TIMER, POLLER = "on_a_child", "on_peers", "on_a_timer", "poller"
+BETWEEN_BATCHES, PERIODIC, ONE_RUN, UNSEEN = ("between_batches", "periodic", "one_run",
+                                              "ran_unseen")
+
+
+class IdleVerdict(NamedTuple):
+    """idle_gpu_held's action for a process whose GPUs idle, and what decided it (`reason`:
+    SIGTERM, or the look first that replaced it). `why`, for a look first, says it in words
+    for GET /v1/idle (work_reasons); None for the SIGTERM. A look first means mlcostd cannot
+    tell that stopping the process stops nothing that works or may run again, so the host is
+    not stopped either (`at_work`). The texts are made when asked: at_work asks only the
+    reason, every round, for every process on an idle GPU."""
+    reason: str
+    make_action: Callable[[], dict[str, object]]
+    make_why: Callable[[], str] | None = None
+
+    @property
+    def looks_first(self) -> bool:
+        return self.reason != SIGTERM
+
+    @property
+    def action(self) -> dict[str, object]:
+        return self.make_action()
+
+    @property
+    def why(self) -> str | None:
+        return self.make_why() if self.make_why is not None else None
+
+
+def idle_verdict(proc: ProcessWindow, a: Analysis) -> IdleVerdict:
     """SIGTERM only where stacks show it waiting for nothing, and it did no work in the window
     (a notebook kernel may have: a cell ran, then its user left), or stopped by a signal (state
-    T: nothing of it runs until it is continued); else what to look at first."""
-    if not waiting:
-        return _look_first(proc)
+    T: nothing of it runs until it is continued); else what to look at first. The one test of
+    idle_gpu_held's SIGTERM and of the host stop it holds back (`at_work`): whatever is looked
+    at first keeps its host. (A sign of work or a server never reaches idle_gpu_held; `at_work`
+    counts them before this.)"""
+    waiting = proc.phases.get(IDLE) or {}
     if proc.kind.sockets_unknown:
-        return _look_first_sockets_unknown(proc)
+        return IdleVerdict(
+            SOCKETS_UNKNOWN, lambda: _look_first_sockets_unknown(proc),
+            lambda: "it may serve: whether it (or its parent) listens on a port is not known "
+                    "(the host's TCP table is longer than mlcostd reads)")
+    if not waiting:
+        return IdleVerdict(
+            NO_STACKS, lambda: _look_first(proc),
+            lambda: "no stack sample says what it waits for (py-spy missing, not allowed or not "
+                    "yet run on it): idle_gpu_held looks first, and what is not known is not "
+                    "stopped")
     if waiting.get("confidence") == LOW_CONFIDENCE:
-        return _look_first_no_stacks(proc)
-    top = next(iter(waiting.get("top_stacks") or []), None)
-    if isinstance(top, dict) and str(top.get("reason", "")).startswith(LOCK_WAIT):
-        return _look_first_lock(proc, f"{top.get('file')}:{top.get('line')}")
+        return IdleVerdict(
+            PROC_ONLY, lambda: _look_first_no_stacks(proc),
+            lambda: "only /proc says it waits (no stacks): it may wait on a peer, a lock or a "
+                    "socket about to answer")
+    first = next(iter(waiting.get("top_stacks") or []), None)
+    top: Mapping[str, Any] = first if isinstance(first, Mapping) else {}
+    waits_in, where = str(top.get("reason", "")), f"{top.get('file')}:{top.get('line')}"
+    if waits_in.startswith(LOCK_WAIT):
+        return IdleVerdict(
+            ON_A_LOCK, lambda: _look_first_lock(proc, where),
+            lambda: f"waits on a lock ({where}): whoever holds it decides when it goes on")
     child = waits_for_child(proc)
     if child is not None:
-        return _look_first_child(proc, child)
-    if (isinstance(top, dict) and proc.kind.kind != NOTEBOOK and proc.kind.peer_connections > 0
-            and str(top.get("reason", "")).startswith(FD_WAITS)):
-        return _look_first_peers(proc, f"{top.get('file')}:{top.get('line')}")
-    if (isinstance(top, dict) and proc.kind.kind != NOTEBOOK
-            and str(top.get("reason", "")).startswith(TIMER_WAIT)):
-        return _look_first_timer(proc, f"{top.get('file')}:{top.get('line')}")
-    if isinstance(top, dict) and str(top.get("reason", "")).startswith(STOPPED):
+        at = f"{child.get('file')}:{child.get('line')}"
+        return IdleVerdict(
+            ON_A_CHILD, partial(_look_first_child, proc, child),
+            lambda: f"waits for a child process it started ({at}): the child runs on this host")
+    notebook = proc.kind.kind == NOTEBOOK
+    if not notebook and proc.kind.peer_connections > 0 and waits_in.startswith(FD_WAITS):
+        return IdleVerdict(
+            ON_PEERS, lambda: _look_first_peers(proc, where),
+            lambda: f"waits on its sockets ({where}) with TCP connections it opened: whoever is "
+                    "at the other end may send it work")
+    if not notebook and waits_in.startswith(TIMER_WAIT):
+        return IdleVerdict(
+            ON_A_TIMER, lambda: _look_first_timer(proc, where),
+            lambda: f"waits in its asyncio event loop ({where}), woken by a timer within a "
+                    "minute: a coroutine may poll for work between its sleeps")
+    if waits_in.startswith(STOPPED):
         # Stopped by a signal: not between batches, whatever it computed before the stop
         # (how much of the window that was depends on when the stop came)
-        return _sigterm(proc)
-    poll = polls_for_work(proc) if proc.kind.kind != NOTEBOOK else None
+        return IdleVerdict(SIGTERM, lambda: _sigterm(proc))
+    poll = polls_for_work(proc) if not notebook else None
     if poll is not None:
-        return _look_first_poller(proc, f"{poll.get('file')}:{poll.get('line')}")
+        polled = f"{poll.get('file')}:{poll.get('line')}"
+        return IdleVerdict(
+            POLLER, lambda: _look_first_poller(proc, polled),
+            lambda: f"polls for work between sleeps ({polled}: its CPU time moves while its "
+                    "stacks sleep)")
     computed = float((proc.phases.get(COMPUTE) or {}).get("share", 0.0) or 0.0)
-    if proc.kind.kind != NOTEBOOK and computed >= BETWEEN_BATCHES_MIN_COMPUTE:
-        return _look_first_between(proc, computed)
-    if is_periodic(proc):
-        return _look_first_periodic(proc)
+    if not notebook and computed >= BETWEEN_BATCHES_MIN_COMPUTE:
+        return IdleVerdict(
+            BETWEEN_BATCHES, lambda: _look_first_between(proc, computed),
+            lambda: f"computed {computed:.0%} of the window before it went idle: a job between "
+                    "batches may compute again (stopping the host would stop its next batch)")
+    if is_periodic(proc):  # GET /v1/idle names it from Analyzer.periodic, with its runs
+        return IdleVerdict(
+            PERIODIC, lambda: _look_first_periodic(proc),
+            lambda: f"a periodic job between runs: its kernels ran in {proc.work_runs} separate "
+                    "runs of the rules' window")
     one_run = one_run_then_sleeps(proc, a)
     if one_run is not None:
-        return _look_first_one_run(proc, f"{one_run.get('file')}:{one_run.get('line')}")
+        slept = f"{one_run.get('file')}:{one_run.get('line')}"
+        return IdleVerdict(
+            ONE_RUN, lambda: _look_first_one_run(proc, slept),
+            lambda: f"ran {proc.kernel_s_seen:.0f} s of kernels, then sleeps: one run seen, a "
+                    "periodic job between its runs may run again (stopping the host would stop "
+                    "its next run)")
     if ran_unseen(proc, a):
-        return _look_first_unseen(proc, a)
-    return _sigterm(proc)
+        return IdleVerdict(
+            UNSEEN, lambda: _look_first_unseen(proc, a),
+            lambda: f"held its GPU before mlcostd started watching it at "
+                    f"{utc_clock(proc.watched_since)} ({duration(proc.unseen_s)} unseen): a "
+                    "periodic job between its runs may run again; watched idle "
+                    f"{duration(proc.idle_watched_s(a.end))} of [idle].longest_period "
+                    f"({duration(a.limit('longest_period_s'))})")
+    return IdleVerdict(SIGTERM, lambda: _sigterm(proc))
 
 
 def check_idle_gpu_held(a: Analysis, rule: Rule) -> list[Finding]:
@@ -538,7 +619,7 @@ def check_idle_gpu_held(a: Analysis, rule: Rule) -> list[Finding]:
                  "waiting_in": [{"file": st.get("file"), "line": st.get("line"),
                                  "function": st.get("function"), "reason": st.get("reason")}
                                 for st in idle_stacks[:3]]}},
-            _idle_action(proc, waiting, a),
+            idle_verdict(proc, a).action,
             scope={"frees": list(proc.gpus)},
             headline=f"pid {proc.pid} holds {_gpus(proc)} idle for "
                      f"{idle_for(proc.trailing_idle_s, a)} at {money(proc.burn_per_hour)}/h"))
@@ -699,51 +780,27 @@ def _stop_commands(price: HostPrice) -> list[str]:
 
 def at_work(a: Analysis) -> list[ProcessWindow]:
     """The processes on the host at the window's end (on idle GPUs: trailing idle time) that
-    work (a sign of work in the window, a child process they wait for, or runs of kernels the
-    window calls periodic: `is_periodic`, a job between its runs) or serve (a server, a queue
-    consumer)."""
+    work (a sign of work in the window) or serve (a server, a queue consumer), or that
+    idle_gpu_held would look at first instead of offering the SIGTERM (`idle_verdict`: a child
+    process it waits for, a periodic job between its runs, one run seen, a job between batches,
+    no stacks, a lock, a poller...): what may not be stopped is not stopped with its host."""
     return [proc for proc in a.processes
-            if proc.trailing_idle_s > 0 and (is_server(proc) or proc.kind.sockets_unknown
-                                             or signs_of_work(proc)
-                                             or waits_for_child(proc) is not None
-                                             or is_periodic(proc)
-                                             or (proc.kind.kind != NOTEBOOK
-                                                 and polls_for_work(proc) is not None)
-                                             or may_run_again(proc, a))]
-
-
-def may_run_again(proc: ProcessWindow, a: Analysis) -> bool:
-    """idle_gpu_held looks first because it may be a periodic job between its runs: one run of
-    work seen, then a sleep (`one_run_then_sleeps`), or it ran before mlcostd first read it
-    (`ran_unseen`), watched idle less than [idle].longest_period. Stopping the host would stop
-    its next run: host_idle holds back and GET /v1/idle answers active."""
-    return one_run_then_sleeps(proc, a) is not None or ran_unseen(proc, a)
+            if proc.trailing_idle_s > 0 and (is_server(proc) or signs_of_work(proc)
+                                             or idle_verdict(proc, a).looks_first)]
 
 
 def work_reasons(proc: ProcessWindow, a: Analysis) -> list[str]:
     """What of `at_work`'s tests GET /v1/idle cannot read in the tick's /v1/now alone: the
-    window's signs of work, its parent serving, its polling between sleeps, a periodic job
-    that may run again (one run seen, or it ran before mlcostd first read it)."""
+    window's signs of work, its parent serving, and why idle_gpu_held looks first at it
+    (`idle_verdict`; a periodic job's runs come from Analyzer.periodic instead)."""
     reasons = [f"the rules' window: {sign}" for sign in signs_of_work(proc)]
-    if one_run_then_sleeps(proc, a) is not None:
-        reasons.append(f"ran {proc.kernel_s_seen:.0f} s of kernels, then sleeps: one run seen, "
-                       "a periodic job between its runs may run again (stopping the host would "
-                       "stop its next run)")
-    elif ran_unseen(proc, a):
-        reasons.append(f"held its GPU before mlcostd started watching it at "
-                       f"{utc_clock(proc.watched_since)} ({duration(proc.unseen_s)} unseen): a "
-                       "periodic job between its runs may run again; watched idle "
-                       f"{duration(proc.idle_watched_s(a.end))} of [idle].longest_period "
-                       f"({duration(a.limit('longest_period_s'))})")
     if proc.kind.serving_parent:
         reasons.append(f"its parent (pid {proc.kind.serving_parent}) serves on a port: part of a "
                        "server")
-    if proc.kind.sockets_unknown:
-        reasons.append("it may serve: whether it (or its parent) listens on a port is not known "
-                       "(the host's TCP table is longer than mlcostd reads)")
-    if proc.kind.kind != NOTEBOOK and (poll := polls_for_work(proc)) is not None:
-        reasons.append(f"polls for work between sleeps ({poll.get('file')}:{poll.get('line')}: "
-                       "its CPU time moves while its stacks sleep)")
+    if not reasons and not is_server(proc):
+        verdict = idle_verdict(proc, a)
+        if verdict.why is not None and verdict.reason != PERIODIC:
+            reasons.append(verdict.why)
     return reasons
 
 
@@ -789,8 +846,8 @@ IDLE_SERVER = Rule(
 HOST_IDLE = Rule(
     "host_idle", "every GPU idle (held or not; a GPU at work whose process NVML does "
     "not list counts as work) at the end of the window, and no process on it working (a sign "
-    "of work in the window, or a periodic job between its runs) or serving (a server, a queue "
-    "consumer)",
+    "of work in the window), serving (a server, a queue consumer) or looked at first by "
+    "idle_gpu_held (a periodic job between its runs, a job between batches, no stacks...)",
     f">= {DEFAULT_HOST_IDLE_AFTER_S / 60:g} min", "idle time, per-GPU utilization, price",
     "stop this instance", f"host price x {HOURS_PER_MONTH:g} h x idle fraction", check_host_idle,
     limits=("host_idle_min_s",))
