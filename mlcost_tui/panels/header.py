@@ -154,6 +154,10 @@ class HeaderPanel(Static):
                     line1.append(f" ({price.source[:60]})", style=MUTED)
             line2.append("burn ")
             line2.append(fmt.money(now.burn_per_hour, "/h"), style="bold")
+            if now.unseen_gpus:  # paid for, not listed by NVML: part of the burn, all wasted
+                line2.append(f" ({now.unseen_gpus} GPU{'s' if now.unseen_gpus != 1 else ''} "
+                             f"not seen by NVML: {fmt.money(now.unseen_per_hour, '/h')})",
+                             style="bold " + WARN)
             line2.append("  wasted ")
             wasted = now.wasted_per_hour
             line2.append(fmt.money(wasted, "/h"),
