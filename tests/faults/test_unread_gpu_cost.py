@@ -9,7 +9,9 @@ and said), and while GPU 1 does not answer, the process holding it keeps paying 
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
 
 import faultkit
 import livedaemon
@@ -71,3 +73,16 @@ def test_the_burn_adds_up_to_the_price_and_a_hung_gpus_holder_keeps_paying(tmp_p
     assert holder is not None, [(p["pid"], p.get("gpus")) for p in doc["processes"]]
     assert [g["memory_bytes"] for g in holder["gpus"] if g["index"] == 1] == [2 << 30]
     assert holder["burn_per_hour"] == pytest.approx(per_gpu)
+    # the report on its store says the part of the burn no GPU row shows
+    report = subprocess.run(livedaemon.MLCOSTD + ["report", "--db", str(daemon.db), "--since",
+                                                  "10m", "--json"],
+                            capture_output=True, text=True, timeout=120, check=True)
+    window_burn = json.loads(report.stdout)["burn"]
+    assert window_burn["unseen_gpus"] == 6
+    assert window_burn["unseen_per_hour"] == pytest.approx(6 * per_gpu)
+    assert window_burn["total_per_hour"] == pytest.approx(per_hour)
+    text = subprocess.run(livedaemon.MLCOSTD + ["report", "--db", str(daemon.db), "--since",
+                                                "10m"],
+                          capture_output=True, text=True, timeout=120, check=True).stdout
+    assert (f"6 GPUs of p4d.24xlarge's 8 not seen by NVML: ${6 * per_gpu:.2f}/h charged as "
+            "idle and wasted") in text, text
