@@ -50,6 +50,7 @@ def test_the_burn_adds_up_to_the_price_and_a_hung_gpus_holder_keeps_paying(tmp_p
     finally:
         code = daemon.stop()
     assert code == 0, daemon.log_tail()
+    assert "Traceback" not in daemon.log()
     burn, price = doc["burn"], doc["price"]
     per_hour, per_gpu = price["per_hour"], price["per_gpu_per_hour"]
     assert price["gpu_count"] == 8 and per_hour > 0

@@ -266,3 +266,9 @@ async def test_the_burn_says_the_part_of_it_for_gpus_nvml_does_not_list(unseen):
         title = str(app.query_one(GpuPanel).border_title)
     assert ("(6 GPUs not seen by NVML: $24.58/h)" in header) is bool(unseen), header
     assert ("· 6 more not seen by NVML ($24.58/h, wasted)" in title) is bool(unseen), title
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(80, 24)) as pilot:  # narrow: said shorter
+        app.post_message(SnapshotArrived((HostSnapshot("unix:/test.sock", now, None, 0.01, TS),)))
+        await pilot.pause()
+        header = str(app.query_one(HeaderPanel).render())
+    assert ("(6 unseen: $24.58/h)" in header) is bool(unseen), header
