@@ -268,7 +268,9 @@ class Replay:
                 price=price.as_dict(),
                 burn={k: live_burn[k] for k in ("total_per_hour", "wasted_per_hour",
                                                 "idle_per_hour", "price_per_gpu",
-                                                "price_source", "gpus", "unread_gpus")},
+                                                "price_source", "gpus", "unread_gpus",
+                                                "unseen_gpus", "unseen_per_hour",
+                                                "warning")},
                 ledger=spent, processes=processes, events=events,
                 recommendations=self._recommendations(at), energy=meter.snapshot(grid),
                 spend_today=ledger.by_day.get(clock.utc_day(at), 0.0))  # from the day's start

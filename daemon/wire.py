@@ -717,6 +717,11 @@ class Now:
     energy: Energy | None = None  # energy and carbon so far (daemon.analysis.energy)
     evaluate_every_s: float | None = None  # how often the rules run; None from older daemons
     budgets: tuple[Budget, ...] = ()  # [cost.budgets] in their current period
+    # GPUs the price counts that NVML does not list (charged in the burn: idle, wasted whole),
+    # their $/h, and the burn's warning saying so; 0, None and "" from older daemons
+    unseen_gpus: int = 0
+    unseen_per_hour: float | None = None
+    burn_warning: str = ""
 
     def host_budget(self, period: str) -> Budget | None:
         """The host's "daily" or "monthly" budget, where one is set (the daily one is what
@@ -780,6 +785,9 @@ class Now:
             latency=tuple(Latency.from_dict(h) for h in _l(cost.get("latency"))[:64]
                           if isinstance(h, Mapping)),
             energy=Energy.from_dict(d.get("energy")),
+            unseen_gpus=_i(burn.get("unseen_gpus")) or 0,
+            unseen_per_hour=_f(burn.get("unseen_per_hour")),
+            burn_warning=_line(burn.get("warning")),
         )
 
 

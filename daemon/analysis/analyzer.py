@@ -383,10 +383,14 @@ class Analyzer:
                 "idle_per_hour": b.idle_per_hour, "price_per_gpu": b.price_per_gpu,
                 "price_source": b.price.source, "gpus": [g.as_dict() for g in b.gpus],
                 "unread_gpus": b.unread_gpus,
+                # GPUs the price counts that NVML does not list, charged (idle, wasted)
+                "unseen_gpus": b.unseen_gpus, "unseen_per_hour": b.unseen_per_hour,
+                "warning": b.warning,
             } if b is not None else {
                 "total_per_hour": 0.0, "wasted_per_hour": 0.0, "idle_per_hour": 0.0,
                 "price_per_gpu": self.price.per_gpu, "price_source": self.price.source,
-                "gpus": [], "unread_gpus": 0,
+                "gpus": [], "unread_gpus": 0, "unseen_gpus": 0, "unseen_per_hour": 0.0,
+                "warning": "",
             }),
             ledger=self.ledger.as_dict(by_process=False),
             processes=processes,

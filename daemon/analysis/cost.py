@@ -7,12 +7,21 @@ host price / GPU count. On each GPU the price goes to the processes that hold it
   NVML's per-process utilization says each process kept busy); if no process has an SM sample,
   by memory held;
 - idle GPU (or utilization unknown): split by memory held (whoever holds the memory holds it);
-- a GPU no process holds: its whole price is the host's idle burn (OpenCost's `__idle__`).
+- a GPU no process holds: its whole price is the host's idle burn (OpenCost's `__idle__`);
+- a GPU not read this tick (timed out, lost, failing: not ok, no memory reading): split by the
+  memory its holders held at its last reading (NvmlSource keeps them in the sample), basis
+  "unread"; held by no one then, it is idle burn, basis "unread" all the same.
 
 So `total_per_hour == sum(process burn) + idle_per_hour`, by construction. Wasted burn is a
 different view, computed by `gpu_wasted_per_hour` alone: price x (1 - utilization) per GPU, and
 an idle or lost GPU counts whole. Every figure carries its inputs (`as_dict()`), so any dollar
 can be explained.
+
+GPUs the price counts but NVML does not list (a p4d's 8 in the catalog, 4 seen: GPUs that
+failed to enumerate, a partial passthrough) are charged too, `unseen_gpus` of them: each is
+idle burn, held by no process, and wasted whole, so the burn's parts add up to the host price
+whether NVML sees fewer GPUs than the type has, as many, or more (`host_price` then splits
+the price over the GPUs seen).
 
 A tick that reads no GPU while the host has GPUs to bill (NVML not started: the driver missing
 or mismatched; or started and its GPUs not read yet) charges the host's price all the same, as
@@ -168,7 +177,7 @@ class ProcessShare(NamedTuple):
 
     gpu_index: int
     share: float  # 0..1 of the GPU's price
-    basis: str  # "sm" | "memory" | "equal"
+    basis: str  # "sm" | "memory" | "equal" | "unread" (by memory at the GPU's last reading)
     per_hour: float
 
     def as_dict(self) -> dict[str, Any]:
@@ -196,7 +205,9 @@ class GpuBurn:
     price_per_hour: float
     utilization: float | None
     busy: bool | None  # gpu_is_busy's verdict; None: utilization unknown or the GPU not ok
-    basis: str  # how the price was split: "sm" | "memory" | "equal" | "unheld"
+    # how the price was split: "sm" | "memory" | "equal" | "unheld" | "unread" (not read this
+    # tick: by the memory its holders held at its last reading)
+    basis: str
     allocated_per_hour: float
     idle_per_hour: float
     wasted_per_hour: float
@@ -223,6 +234,18 @@ class Burn:
     idle_utilization_pct: float = DEFAULT_IDLE_UTILIZATION_PCT  # the busy/idle line used
     # GPUs charged with no reading this tick (unread_gpus): the host's price idle and wasted
     unread_gpus: int = 0
+    # GPUs the price counts that NVML does not list: each at price_per_gpu, in idle_per_hour
+    # and wasted_per_hour (unseen_per_hour)
+    unseen_gpus: int = 0
+
+    @property
+    def unseen_per_hour(self) -> float:
+        return self.price_per_gpu * self.unseen_gpus
+
+    @property
+    def warning(self) -> str:
+        """What the burn charges that no GPU reading shows, in words; "" when nothing."""
+        return unseen_warning(self.price, self.unseen_gpus, self.unseen_per_hour)
 
     @property
     def process_per_hour(self) -> float:
@@ -239,10 +262,14 @@ class Burn:
             "price": self.price.as_dict(),
             "busy_threshold_pct": self.idle_utilization_pct,
             "unread_gpus": self.unread_gpus,
+            "unseen_gpus": self.unseen_gpus,
+            "unseen_per_hour": self.unseen_per_hour,
+            "warning": self.warning,
             "method": ("price per GPU = host price / GPU count; a busy GPU is split by SM share, "
                        "an idle one by memory held; GPUs no process holds are idle burn; wasted "
                        "= price x (1 - utilization), idle GPUs whole; with no GPU read (NVML "
-                       "not started), the host's price is idle burn, wasted whole"),
+                       "not started), the host's price is idle burn, wasted whole; GPUs the price "
+                       "counts that NVML does not list are idle burn, wasted whole"),
             "gpus": [g.as_dict() for g in self.gpus],
             "processes": {process_key(*k): p.as_dict() for k, p in self.processes.items()},
         }
@@ -261,6 +288,28 @@ def gpu_wasted_per_hour(price_per_gpu: float, utilization_pct: float | None, ok:
     if not busy:
         return price_per_gpu
     return price_per_gpu * (1.0 - min(utilization_pct or 0.0, 100.0) / 100.0)
+
+
+def unseen_warning(price: HostPrice, unseen: int, per_hour: float) -> str:
+    """Why the burn charges `unseen` GPUs that NVML does not list, and what to check."""
+    if unseen <= 0:
+        return ""
+    of = f" of {price.instance_type}'s {price.gpu_count}" if price.instance_type else (
+        f" of the {price.gpu_count} the price counts")
+    return (f"{unseen} GPU{'s' if unseen != 1 else ''}{of} not seen by NVML: "
+            f"${per_hour:.2f}/h charged as idle and wasted (a GPU that failed to enumerate "
+            "or is not passed through is still billed; check nvidia-smi, or [instance].type "
+            "if the type is wrong)")
+
+
+def unseen_json(price: HostPrice | None, seen: int) -> dict[str, Any]:
+    """A window's `unseen_gpus`, `unseen_per_hour` and `warning` (the report's burn) for a host
+    whose GPUs NVML listed `seen` of: as `burn` charges them."""
+    unseen = (price.gpu_count - seen if price is not None and price.per_hour > 0
+              and price.gpu_count > seen > 0 else 0)
+    per_hour = price.per_gpu * unseen if price is not None else 0.0
+    return {"unseen_gpus": unseen, "unseen_per_hour": per_hour,
+            "warning": unseen_warning(price, unseen, per_hour) if price is not None else ""}
 
 
 def unread_gpus(sample: Sample, price: HostPrice) -> int:
@@ -361,7 +410,9 @@ def burn(sample: Sample, price: HostPrice, thresholds: IdleThresholds | None = N
         ok = gpu.status == GPU_OK
         busy = gpu_is_busy(util, idle_pct) if ok else None
         weights: list[float] = []
-        basis = "unheld"
+        # not read this tick: its holders (if any) are those of its last reading
+        unread = not ok and gpu.memory_used_bytes is None
+        basis = "unread" if unread else "unheld"
         if users:
             if busy:
                 weights = [max(sm, 0.0) for _, _, sm in users]
@@ -372,6 +423,8 @@ def burn(sample: Sample, price: HostPrice, thresholds: IdleThresholds | None = N
             if sum(weights) <= 0:
                 weights = [1.0] * len(users)
                 basis = "equal"
+            if unread:
+                basis = "unread"
         total_weight = math.fsum(weights)
         allocated = []
         index = gpu.index
@@ -403,10 +456,17 @@ def burn(sample: Sample, price: HostPrice, thresholds: IdleThresholds | None = N
                 key, proc.user, proc.command,
                 own[0].per_hour if len(own) == 1 else math.fsum(s.per_hour for s in own),
                 tuple(own), proc.owner))
+    # GPUs the price counts that NVML does not list: paid for, held by no process, wasted whole
+    unseen = (price.gpu_count - len(gpus)
+              if price.gpu_count > len(gpus) and price.per_hour > 0 else 0)
     idle_per_hour = math.fsum(g.idle_per_hour for g in gpus)
+    wasted = math.fsum(g.wasted_per_hour for g in gpus)
+    if unseen:
+        idle_per_hour = math.fsum([idle_per_hour, *([per_gpu] * unseen)])
+        wasted = math.fsum([wasted, *([per_gpu] * unseen)])
     total = math.fsum(p.burn_per_hour for p in processes.values()) + idle_per_hour
-    return Burn(sample.ts, price, per_gpu, total, idle_per_hour,
-                math.fsum(g.wasted_per_hour for g in gpus), tuple(gpus), processes, idle_pct)
+    return Burn(sample.ts, price, per_gpu, total, idle_per_hour, wasted, tuple(gpus), processes,
+                idle_pct, 0, unseen)
 
 
 

@@ -173,6 +173,10 @@ class Tools:
             "burn_per_hour": burn.get("total_per_hour"),
             "wasted_per_hour": burn.get("wasted_per_hour"),
             "unallocated_per_hour": burn.get("idle_per_hour"),
+            # GPUs the price counts that NVML does not list: part of unallocated, wasted
+            "unseen_gpus": burn.get("unseen_gpus"),
+            "unseen_per_hour": burn.get("unseen_per_hour"),
+            "warning": burn.get("warning"),
             "spend_today": Now.from_dict(now).spend_today,  # the UTC day's, in dollars
             "gpus": gpus, "processes": processes,
             "how": "a GPU costs the host's price / its GPU count; a process's burn is that "

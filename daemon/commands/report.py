@@ -14,7 +14,7 @@ from daemon import clock
 from daemon.analysis import latency_report
 from daemon.analysis.balance import phase_balances
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
-from daemon.analysis.cost import HostPrice
+from daemon.analysis.cost import HostPrice, unseen_json
 from daemon.analysis.gpu_models import split_by_model
 from daemon.analysis.inference_audit import recorded_audit, with_savings
 from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s, run_starts, tick_seconds
@@ -225,6 +225,9 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
         **_recommendations_review(queries.recommendations(
             reader, end - max(since_s, recommendations_since_s or 0.0)), price, gpus),
     }
+    # GPUs the price counts that NVML did not list: charged in the burn (idle, wasted)
+    document["burn"].update(unseen_json(HostPrice.from_dict(price),
+                                        len({gpu["index"] for gpu in gpus})))
     # (from the window's first tick: a young store's window starts before anything was charged)
     document["burn"]["price_changes"] = [
         {"since": since, **charged.as_dict()}
@@ -603,6 +606,8 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
                    f"${burn_now['wasted_per_hour']:.2f}/h, no process "
                    f"${burn_now['idle_per_hour']:.2f}/h); price ${burn_now['price_per_hour']:.4f}/h,"
                    f" ${burn_now['price_per_gpu']:.4f}/h per GPU ({burn_now['price_source']})")
+        if burn_now.get("warning"):
+            out.append(f"  {one_line(str(burn_now['warning']))}")
     changed = burn_now.get("price_changes") or []
     if changed:
         out.append("the price changed in this window (each tick is charged at its own): "
@@ -699,6 +704,8 @@ def render_watch(report: dict[str, Any], width: int | None = None) -> str:
         out.append(f"last {span:.0f} s: burn ${burn['total_per_hour']:.2f}/h (wasted "
                    f"${burn['wasted_per_hour']:.2f}/h, no process "
                    f"${burn['idle_per_hour']:.2f}/h), {window['ticks']} samples")
+        if burn.get("warning"):
+            out.append(f"  {one_line(str(burn['warning']))}")
     else:
         out.append(f"last {span:.0f} s: {window['ticks']} samples (no price)")
     rows = [[str(gpu["index"]), one_line(str(gpu["name"])), _pct(gpu["utilization"]),

@@ -1061,10 +1061,16 @@ class Daemon:
 
     def collect(self) -> Sample:
         """Build this tick's Sample from what the sources hold. Never blocks on a source."""
-        nvml_status, gpus, uses, sick = self.nvml.latest_and_sick()
-        # Processes of a GPU that is lost or not answering still run: recorded without uses.
-        held: dict[int, tuple[GpuUse, ...]] = dict.fromkeys(sick, ())
-        processes = self.procs.read(self._recorded({**uses, **held} if held else uses))
+        nvml_status, gpus, uses, _, kept = self.nvml.latest_and_sick()
+        # Processes of a GPU that is lost or not answering still run, and still hold it: each
+        # is recorded with what it held there at the GPU's last reading (the burn charges that
+        # GPU to them, "unread"); those on no GPU that answers are the sick holders (discovery
+        # keeps them watched while they are the processes NVML saw).
+        if kept:
+            uses = dict(uses)
+            for pid, then in kept.items():
+                uses[pid] = (*uses[pid], *then) if pid in uses else then
+        processes = self.procs.read(self._recorded(uses))
         return Sample(
             ts=clock.now(), tick=self.tick + 1, gpus=gpus, processes=processes,
             host=read_pressure(), nvml_status=nvml_status, host_usage=read_host_usage())

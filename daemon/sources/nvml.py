@@ -514,9 +514,10 @@ class NvmlSource:
         # watched as an opened device's are, its facts listed as far as they were read
         self._opening: dict[int, _Device] = {}
         self._device_status: dict[int, tuple[str, str | None]] = {}
-        # GPU index -> (the pids of its last complete reading, its wall time): what a GPU that
-        # is lost or not answering was running, so those processes are still recorded
-        self._holders: dict[int, tuple[frozenset[int], float]] = {}
+        # GPU index -> (its last complete reading's uses by pid, its wall time): what a GPU
+        # that is lost or not answering was running, so those processes are still recorded,
+        # holding what they held then (the burn splits that GPU's price by it: "unread")
+        self._holders: dict[int, tuple[Mapping[int, tuple[GpuUse, ...]], float]] = {}
         # GPU index -> when its next read is due (time.monotonic(): a wall-clock step, back or
         # forward, must not hold the reads; the reads are still aligned to the wall clock's
         # ticks, see _read_one)
@@ -651,7 +652,7 @@ class NvmlSource:
             reading = device.read()
             with self._lock:
                 self._readings[index] = reading
-                self._holders[index] = (frozenset(reading.uses), time.time())
+                self._holders[index] = (reading.uses, time.time())
                 if len(self._readings) == self.gpu_count:
                     self._all_read.set()
             self._note_device(index, reading.gpu.status, reading.gpu.error)
@@ -728,15 +729,19 @@ class NvmlSource:
 
     def latest(self) -> tuple[str, tuple[GpuSample, ...], dict[int, tuple[GpuUse, ...]]]:
         """(nvml status, one sample per GPU, GPU uses per pid). Never blocks on NVML."""
-        status, gpus, uses, _ = self._view()
+        status, gpus, uses, _, _ = self._view()
         return status, gpus, uses
 
     def latest_and_sick(self) -> tuple[str, tuple[GpuSample, ...],
-                                       dict[int, tuple[GpuUse, ...]], dict[int, float]]:
+                                       dict[int, tuple[GpuUse, ...]], dict[int, float],
+                                       dict[int, tuple[GpuUse, ...]]]:
         """`latest()` and `sick_holders()` from one look at the readers (the tick asks for
-        both: one pass over every GPU's processes, not two). Never blocks on NVML."""
-        status, gpus, uses, stale = self._view()
-        return status, gpus, uses, {pid: seen for pid, seen in stale.items() if pid not in uses}
+        both: one pass over every GPU's processes, not two), and what each process held on the
+        GPUs not read now (lost, failing, not answering) at their last complete reading: its
+        memory there, no SM share (nothing is known of its kernels). Never blocks on NVML."""
+        status, gpus, uses, stale, held = self._view()
+        return (status, gpus, uses,
+                {pid: seen for pid, seen in stale.items() if pid not in uses}, held)
 
     def activity_sources(self) -> dict[int, tuple[str, str, DcgmActivity | None]]:
         """GPU index -> (UUID, where its SM activity comes from, DCGM's tensor/DRAM/SM
@@ -760,16 +765,21 @@ class NvmlSource:
         return self.latest_and_sick()[3]
 
     def _view(self) -> tuple[str, tuple[GpuSample, ...], dict[int, tuple[GpuUse, ...]],
-                             dict[int, float]]:
+                             dict[int, float], dict[int, tuple[GpuUse, ...]]]:
         now = time.monotonic()
         deadline = self.config.call_deadline
         gpus = []
         known: list[Mapping[int, tuple[GpuUse, ...]]] = []  # the uses of each GPU that answers
         stale: dict[int, float] = {}
+        kept: dict[int, tuple[GpuUse, ...]] = {}  # pid -> its uses of the GPUs not read now
 
         def held(index: int) -> None:
-            pids, seen = holders.get(index, (frozenset(), 0.0))
-            stale.update(dict.fromkeys(pids, seen))
+            # (only for a GPU not read this tick: a handful of uses, not every process's)
+            last, seen = holders.get(index, ({}, 0.0))
+            for pid, on_gpu in last.items():
+                stale[pid] = seen
+                then = tuple(GpuUse(index, use.memory_bytes, 0.0) for use in on_gpu)
+                kept[pid] = (*kept[pid], *then) if pid in kept else then
 
         with self._lock:
             readings = dict(self._readings)
@@ -818,7 +828,7 @@ class NvmlSource:
             for of_gpu in known:
                 for pid, on_gpu in of_gpu.items():
                     uses[pid] = (*uses[pid], *on_gpu) if pid in uses else on_gpu
-        return self.status, tuple(gpus), uses, stale
+        return self.status, tuple(gpus), uses, stale, kept
 
     def _isolate_hung(self, now: float, devices: Mapping[int, _Device] | None = None) -> None:
         """A GPU whose call has hung past the deadline: the other GPUs of its reader move to

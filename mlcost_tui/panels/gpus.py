@@ -57,7 +57,11 @@ class GpuPanel(KeyedTable):
                 series.append(gpu.utilization)
 
     def show(self, now: Now) -> None:
-        self.set_title(host_title(now.host_usage))
+        title = host_title(now.host_usage)
+        if now.unseen_gpus:  # the burn's part no row shows: paid for, not listed by NVML
+            title += (f" · {now.unseen_gpus} more not seen by NVML "
+                      f"({fmt.money(now.unseen_per_hour, '/h')}, wasted)")
+        self.set_title(title)
         rows = group_rows(sorted(now.gpus, key=lambda g: g.index), self.group_idle)
         self.gpus = {key: gpus for key, gpus in rows}
         shown = self.shown_keys

@@ -157,6 +157,11 @@ class HeaderPanel(Static):
                     line1.append(f" ({price.source[:60]})", style=MUTED)
             line2.append("burn ")
             line2.append(fmt.money(now.burn_per_hour, "/h"), style="bold")
+            if now.unseen_gpus:  # paid for, not listed by NVML: part of the burn, all wasted
+                what = ("unseen" if narrow else
+                        f"GPU{'s' if now.unseen_gpus != 1 else ''} not seen by NVML")
+                line2.append(f" ({now.unseen_gpus} {what}: "
+                             f"{fmt.money(now.unseen_per_hour, '/h')})", style="bold " + WARN)
             line2.append("  wasted ")
             wasted = now.wasted_per_hour
             line2.append(fmt.money(wasted, "/h"),

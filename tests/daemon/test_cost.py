@@ -1,6 +1,7 @@
 import math
 import random
 import threading
+from dataclasses import replace
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -18,7 +19,15 @@ from daemon.analysis.energy import window_meter
 from daemon.analysis.ledger import CostLedger, JobLabeler, run_starts, tick_seconds
 from daemon.analysis.meters import UnitCostMeter, read_counter, storage_cost
 from daemon.sources.patterns import MATCHED_CHARS
-from daemon.sources.sample import GPU_LOST, GpuSample, GpuUse, ProcessSample, Sample
+from daemon.sources.sample import (
+    GPU_ERROR,
+    GPU_LOST,
+    GPU_TIMEOUT,
+    GpuSample,
+    GpuUse,
+    ProcessSample,
+    Sample,
+)
 from pricing.catalog import Catalog
 from pricing.detect import Instance
 
@@ -131,6 +140,82 @@ def test_lost_gpu_is_wasted_whole():
     b = burn(sample, price(2.0, 2))
     assert b.wasted_per_hour == pytest.approx(1.0)
     assert b.idle_per_hour == pytest.approx(2.0)
+
+
+def timed_out(i, total=40 * GIB):
+    """A GPU whose reading is overdue, as NvmlSource lists it (its dynamic fields unknown)."""
+    return GpuSample(i, f"GPU-{i}", "A100-SXM4-40GB", GPU_TIMEOUT, memory_total_bytes=total,
+                     error="nvmlDeviceGetUtilizationRates has not answered for 3.0 s")
+
+
+def test_a_gpu_not_read_is_charged_to_the_holders_of_its_last_reading_as_unread():
+    """Probe 142 L9: a timed-out GPU was `basis: unheld` and its holder (30 GiB on it) $0. Its
+    holders as NVML last read them (NvmlSource keeps them in the sample, no SM share) pay its
+    price by the memory they held; the GPU is still wasted whole, and one held by no one then
+    is idle burn; either way its basis says it was not read."""
+    sample = Sample(1.0, 1, gpus=(gpu(0, 90), timed_out(1), timed_out(2),
+                                  GpuSample(3, "GPU-3", "n", GPU_LOST)),
+                    processes=(proc(1, [(0, GIB, 90), (1, 30 * GIB, 0)]),
+                               proc(2, [(1, 10 * GIB, 0)])))
+    b = burn(sample, price(4.0, 4))
+    by_index = {g.index: g for g in b.gpus}
+    assert [by_index[i].basis for i in range(4)] == ["sm", "unread", "unread", "unread"]
+    assert by_index[1].allocated_per_hour == pytest.approx(1.0)
+    assert by_index[1].idle_per_hour == 0.0 and by_index[1].wasted_per_hour == 1.0
+    one, two = b.processes[(1, 1001.0)], b.processes[(2, 1002.0)]
+    assert [(s.gpu_index, s.basis) for s in one.shares] == [(0, "sm"), (1, "unread")]
+    assert one.burn_per_hour == pytest.approx(1.0 + 0.75) and two.burn_per_hour == 0.25
+    assert b.idle_per_hour == pytest.approx(2.0)  # GPUs 2 and 3: no holder known
+    assert b.total_per_hour == pytest.approx(4.0) and b.wasted_per_hour == pytest.approx(3.1)
+
+
+def test_a_failing_gpu_whose_memory_was_read_keeps_the_memory_basis():
+    """A GPU with a field that failed (status error) but whose memory and processes were read
+    this tick is split by that reading, as before: not "unread"."""
+    failing = replace(gpu(0, None, 8 * GIB), status=GPU_ERROR, error="power: unknown error")
+    b = burn(Sample(1.0, 1, gpus=(failing,), processes=(proc(1, [(0, 8 * GIB, 0)]),)),
+             price(2.0, 1))
+    assert b.gpus[0].basis == "memory" and b.processes[(1, 1001.0)].burn_per_hour == 2.0
+
+
+def test_the_burns_parts_add_up_to_the_host_price_with_fewer_as_many_or_more_gpus_seen():
+    """Probe 142 M2: the faults scenario's p4d (8 GPUs in the catalog, 4 seen) was priced
+    $7.35/h and burned $3.675/h: half the host charged nowhere, with no word. GPUs the price
+    counts and NVML does not list are idle burn, wasted whole, and said; the parts (processes,
+    idle, the GPUs' prices and the unseen ones) add up to the host price in every case."""
+    catalog = Catalog.load()
+    for seen in (4, 8, 10):
+        hp = host_price(p4d("spot"), catalog, override_price_per_hour=7.35,
+                        gpu_count_seen=seen)
+        sample = Sample(1.0, 1, gpus=tuple(gpu(i, 60 if i % 2 else 0) for i in range(seen)),
+                        processes=(proc(1, [(i, GIB, 60) for i in range(0, seen, 2)]),
+                                   proc(2, [(1, GIB, 60)])))
+        b = burn(sample, hp)
+        unseen = max(8 - seen, 0)
+        assert b.unseen_gpus == unseen, seen
+        assert b.total_per_hour == pytest.approx(7.35), seen
+        assert math.fsum([b.process_per_hour, b.idle_per_hour]) == pytest.approx(7.35)
+        assert math.fsum([*(g.price_per_hour for g in b.gpus),
+                          b.unseen_per_hour]) == pytest.approx(7.35), seen
+        gpu_waste = math.fsum(g.wasted_per_hour for g in b.gpus)
+        assert b.wasted_per_hour == pytest.approx(gpu_waste + b.unseen_per_hour)
+        doc = b.as_dict()
+        assert doc["unseen_gpus"] == unseen
+        assert doc["unseen_per_hour"] == pytest.approx(7.35 / 8 * unseen)
+        if unseen:
+            assert doc["warning"].startswith("4 GPUs of p4d.24xlarge's 8 not seen by NVML: "
+                                             "$3.67/h charged as idle and wasted")
+        else:
+            assert doc["warning"] == ""
+    # an hour of the 4-GPU host in the ledger: the host's price, not half of it
+    hp = host_price(p4d("spot"), catalog, override_price_per_hour=7.35, gpu_count_seen=4)
+    ledger = CostLedger()
+    for i in range(3601):
+        ledger.add(burn(Sample(float(i), i, gpus=tuple(gpu(g, 100) for g in range(4)),
+                               processes=(proc(1, [(g, GIB, 100) for g in range(4)]),)), hp))
+    assert ledger.total == pytest.approx(7.35)
+    assert ledger.by_process[(1, 1001.0)] == pytest.approx(7.35 / 2)
+    assert ledger.idle == ledger.wasted == pytest.approx(7.35 / 2)
 
 
 NVML_MISSING = ("NVML unavailable: NVML Shared Library Not Found (NVML error 12); "

@@ -153,6 +153,9 @@ def test_costs_now_prices_every_gpu_and_process_of_v1_now(conversation):
     costs, now = answer(conversation["results"]["costs_now3"]), conversation["before"]
     assert [g["index"] for g in costs["gpus"]] == [g["index"] for g in now["gpus"]]
     assert costs["price"]["per_gpu_per_hour"] == pytest.approx(now["price"]["per_gpu_per_hour"])
+    # the GPUs the price counts that NVML does not list, as /v1/now's burn says them
+    assert (costs["unseen_gpus"], costs["warning"]) == (now["burn"]["unseen_gpus"],
+                                                        now["burn"]["warning"])
     assert {p["pid"] for p in costs["processes"]} <= {
         p["pid"] for doc in (now, conversation["after"]) for p in doc["processes"]}
     burns = [p["burn_per_hour"] for p in costs["processes"]]

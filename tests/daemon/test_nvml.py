@@ -246,6 +246,32 @@ until_tick = 3
     wait_until(lambda: src.latest()[1][1].status == GPU_OK, timeout=20)
 
 
+def test_a_gpu_not_answering_keeps_its_holders_as_its_last_reading_saw_them(sim_host, source):
+    """Probe 142 L9: the process holding 30 GiB on a timed-out GPU was recorded with no GPU
+    use, so the burn called the GPU unheld and charged the process $0. What it held at the
+    GPU's last reading goes with it (no SM share: its kernels are not known), beside its use
+    of a GPU that answers."""
+    running = sim_host(host_toml(gpus=2, faults="""
+[[faults]]
+kind = "hang"
+gpu = 1
+call = "nvmlDeviceGetUtilizationRates"
+seconds = 8.0
+at_tick = 1
+"""), init=False)
+    pid = os.getpid()
+    with attached(running, 0, 2), attached(running, 1, 30, sm=0.5):
+        src = source(interval=0.5)
+        wait_until(lambda: len(src.latest()[2].get(pid, ())) == 2, timeout=10)
+        running.set_tick(1)
+        _, gpus, uses, sick, kept = wait_until(
+            lambda: (lambda v: v if v[1][1].status == GPU_TIMEOUT else None)(
+                src.latest_and_sick()), timeout=6)
+    assert [(u.gpu_index, u.memory_bytes) for u in uses[pid]] == [(0, 2 * GIB)]
+    assert sick == {}  # it answers on GPU 0: not a sick holder, watched as a GPU process
+    assert [(u.gpu_index, u.memory_bytes, u.sm_share) for u in kept[pid]] == [(1, 30 * GIB, 0.0)]
+
+
 @pytest.mark.parametrize("kind, expected", [
     ("nvml_missing", "libnvidia-ml.so.1 was not found"),
     ("driver_mismatch", "reboot"),

@@ -243,3 +243,32 @@ async def test_at_80_columns_the_idle_alerts_come_before_the_budgets():
         second = screen_text(app)[1]
     assert "idle alerts 1" in second and second.index("idle alerts") < second.index("today"), \
         second
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("unseen", [6, 0])
+async def test_the_burn_says_the_part_of_it_for_gpus_nvml_does_not_list(unseen):
+    """Probe 142 M2: a p4d with 2 of its 8 GPUs listed showed `price $32.77/h` beside a burn of
+    a quarter of it, and nothing said why. The daemon now charges them (/v1/now burn's
+    `unseen_gpus`, `unseen_per_hour`): the header's burn and the GPU panel's title say so."""
+    from mlcost_tui.panels.gpus import GpuPanel
+
+    doc = now_document()
+    doc["burn"] = dict(doc["burn"], unseen_gpus=unseen, unseen_per_hour=unseen * 4.0966,
+                       warning="6 GPUs of p4d.24xlarge's 8 not seen by NVML" if unseen else "")
+    now = Now.from_dict(doc)
+    assert (now.unseen_gpus, now.burn_warning.startswith("6 GPUs")) == (unseen, bool(unseen))
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(200, 48)) as pilot:
+        app.post_message(SnapshotArrived((HostSnapshot("unix:/test.sock", now, None, 0.01, TS),)))
+        await pilot.pause()
+        header = str(app.query_one(HeaderPanel).render())
+        title = str(app.query_one(GpuPanel).border_title)
+    assert ("(6 GPUs not seen by NVML: $24.58/h)" in header) is bool(unseen), header
+    assert ("· 6 more not seen by NVML ($24.58/h, wasted)" in title) is bool(unseen), title
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(80, 24)) as pilot:  # narrow: said shorter
+        app.post_message(SnapshotArrived((HostSnapshot("unix:/test.sock", now, None, 0.01, TS),)))
+        await pilot.pause()
+        header = str(app.query_one(HeaderPanel).render())
+    assert ("(6 unseen: $24.58/h)" in header) is bool(unseen), header
