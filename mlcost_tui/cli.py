@@ -134,9 +134,9 @@ def main(argv: list[str] | None = None) -> int:
         targets = [default_target()]
         path = Path(targets[0][len("unix:"):])
         if not path.exists():
-            print(f"mlcost-top: no mlcostd at {targets[0]}: start it with `sudo mlcostd run` "
-                  "(or `mlcostd run --simulate demo`), connect elsewhere with --connect, or try "
-                  "`mlcost-top --demo`", file=sys.stderr)
+            print(f"mlcost-top: no mlcostd at {targets[0]}: start it with `sudo mlcostd run`, "
+                  "connect elsewhere with --connect (a simulated host's socket: its start says "
+                  "where), or try `mlcost-top --demo`", file=sys.stderr)
             return 1
     try:
         clients = [Client(t, token=token) for t in targets]

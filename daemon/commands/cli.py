@@ -323,6 +323,17 @@ def cmd_run(args: argparse.Namespace) -> int:
                 message = message.replace(f"[api].{name}", "--" + name.replace("_", "-"))
             raise ConfigError(message) from None
         config = config_module.with_overrides(config, "api", **api_flags)
+    own_files = []  # a simulated host's own store and socket where nothing else says where
+    if args.simulate and not config.daemon.db:
+        config = config_module.with_overrides(
+            config, "daemon", db=str(config_module.simulated_db_path(args.simulate)))
+        own_files.append(f"records into {config.daemon.db} (mlcostd report --db "
+                         f"{config.daemon.db})")
+    if args.simulate and not config.api.socket:
+        config = config_module.with_overrides(
+            config, "api", socket=str(config_module.simulated_socket_path(args.simulate)))
+        own_files.append(f"serves its API on {config.api.socket} (mlcost-top --connect "
+                         f"unix:{config.api.socket})")
     if args.token_file and not config.api.listen:
         # Only the TCP listener reads the token: a --token-file nothing reads (a directory or a
         # typo as much as a good file) is said, not silently left unused.
@@ -331,6 +342,9 @@ def cmd_run(args: argparse.Namespace) -> int:
               "or leave --token-file out", file=sys.stderr)
         return 2
     _setup_logging(args.log_level or config.daemon.log_level)
+    if own_files:
+        log.info("the simulated host %s, its own, not this host's: %s", args.simulate,
+                 "; ".join(own_files))
     daemon = Daemon(config, simulate=args.simulate)
 
     async def main() -> int:
@@ -497,8 +511,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             return 2
     if not Path(db).exists():  # nothing to read is a refusal, as a file that is no store is
         print(f"mlcostd report: no database at {db}. Start the recorder first "
-              f"(`mlcostd run`, or `mlcostd run --simulate demo`), or pass --db.",
-              file=sys.stderr)
+              f"(`mlcostd run`), or pass --db (`mlcostd run --simulate demo` records into "
+              f"{config_module.simulated_db_path('demo')})", file=sys.stderr)
         return 2
     try:
         reader = StoreReader(str(db), tidy=True)
