@@ -27,7 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
                "  mlcost-top                             this host's mlcostd\n"
                "  mlcost-top --connect http://gpu1:9347 --connect http://gpu2:9347 "
                "--token-file ~/.mlcost-token   a fleet table\n",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False)  # a long option spelled out: a typo is an error, never another one
     parser.add_argument("--connect", action="append", metavar="TARGET", default=[],
                         help="unix:PATH or http://HOST:PORT of an mlcostd (repeat for a fleet "
                              f"table; default {default_target()})")

@@ -78,6 +78,10 @@ class Parser(argparse.ArgumentParser):
     subcommands' parsers are of this class too (add_subparsers' default parser_class)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # A long option is spelled out: `run --simulat demo` was taken for --simulate, and a
+        # typo of one option could be read as another (probe 141 L1). The subcommands'
+        # parsers are made by this __init__ too.
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = re.compile(r"-\.?\d")
 
@@ -639,6 +643,20 @@ def _command_parser(parser: argparse.ArgumentParser,
     return parser
 
 
+def _did_you_mean(parser: argparse.ArgumentParser, extra: list[str]) -> str:
+    """" (did you mean --simulate?)" for the first unknown long option that is close to one of
+    the parser's (a long option is never shortened: Parser), else ""."""
+    import difflib
+
+    options = [o for o in parser._option_string_actions if o.startswith("--")]
+    for given in extra:
+        if given.startswith("--"):
+            close = difflib.get_close_matches(given.split("=", 1)[0], options, n=1)
+            if close:
+                return f" (did you mean {close[0]}?)"
+    return ""
+
+
 # What a write of the output fails with when it cannot be written: the disk or the quota is
 # full, the file too large, the device failing.
 OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
@@ -684,8 +702,9 @@ def main(argv: list[str] | None = None) -> int:
 def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str],
           kept_signals: KeptSignals | None) -> int:
     if extra:  # said with the command's own usage, not mlcostd's list of commands
-        _command_parser(parser, args.command).error(
-            f"unrecognized arguments: {' '.join(extra)}")
+        command_parser = _command_parser(parser, args.command)
+        command_parser.error(f"unrecognized arguments: {' '.join(extra)}"
+                             f"{_did_you_mean(command_parser, extra)}")
     if args.command is None:
         parser.print_help()
         return 2
