@@ -804,7 +804,7 @@ class Daemon:
             host=self.host, nvml_status=self.nvml.status, sample=self.last_sample,
             idle_utilization_pct=self.config.idle.utilization, analyzer=self.analyzer,
             phases=self.phases_now(), kinds=self.kinds.documents(),
-            recommendations=self.active_recommendations())
+            recommendations=self.active_recommendations(), started_at=self.started_at)
 
     # -- snapshots (daemon/runtime/snapshots.py) -----------------------------------------------
 
