@@ -336,7 +336,9 @@ class Daemon:
             return None
         option = self.out_option or "--db"
         if was is None:
-            held = "this host's recorded GPUs (not a simulated host)"
+            name = recorded.get("hostname")
+            held = (f"the recording of a real host{f' ({name!r})' if name else ''}, not a "
+                    "simulated one")
         else:
             held = f"the simulated host of scenario {was!r}"
         if now is None:
@@ -346,9 +348,10 @@ class Daemon:
         else:
             doing = f"the simulated scenario {now!r}"
             own = simulated_db_path(self.simulate or now)
-            fix = (f"leave {option} out (the scenario then records into its own store, {own})"
-                   f" or pass another file" if own != self.db and self.out_option is None
-                   else f"pass {option} with another file")
+            fix = f"pass {option} with another file"
+            if own != self.db and self.out_option is None:
+                fix += (f" (without --db and [daemon].db the scenario records into a store of "
+                        f"its own, {own})")
         return (f"the store {self.db} holds {held}; recording {doing} into it would mix two "
                 f"hosts in one cost history: {fix}")
 

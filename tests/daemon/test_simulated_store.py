@@ -89,8 +89,8 @@ def test_a_simulated_run_on_a_store_a_real_host_recorded_is_refused(tmp_path):
     assert "simulated" not in host
     done = _run(tmp_path, "--simulate", "single-gpu", "--db", str(db),
                 "--socket", str(tmp_path / "sim-api" / "s.sock"))
-    line = _refused(done, str(db), "this host's recorded GPUs", "'single-gpu'",
-                    "leave --db out")
+    line = _refused(done, str(db), "the recording of a real host", "'single-gpu'",
+                    "pass --db with another file", "simulated/single-gpu/mlcost.db")
     assert "Traceback" not in line
     assert _host_and_ticks(db) == (host, ticks), "the real host's store was written into"
     assert not (tmp_path / "sim-api").exists()  # (no workload, no socket: refused at start)
