@@ -137,7 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="record a simulated GPU host instead of NVML: a built-in scenario "
                           f"({', '.join(builtin_scenarios())}) or a scenario .toml file; its "
                           "workloads start with the daemon and stop with it; without --config it "
-                          "reads daemon/sim/simulate.toml (idle events after 1 min)")
+                          "reads daemon/sim/simulate.toml (idle events after 1 min); without "
+                          "--db and --socket it records into a store and serves on a socket of "
+                          "the scenario's own (~/.local/state/mlcost/simulated/SCENARIO/, "
+                          "$XDG_RUNTIME_DIR/mlcost/simulated/SCENARIO/), never this host's")
     run.add_argument("--socket", metavar="FILE",
                      help="unix socket of the HTTP API (default: [api].socket, else "
                           f"{config_module.default_socket_path()})")
