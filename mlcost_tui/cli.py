@@ -27,7 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
                "  mlcost-top                             this host's mlcostd\n"
                "  mlcost-top --connect http://gpu1:9347 --connect http://gpu2:9347 "
                "--token-file ~/.mlcost-token   a fleet table\n",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False)  # a long option spelled out: a typo is an error, never another one
     parser.add_argument("--connect", action="append", metavar="TARGET", default=[],
                         help="unix:PATH or http://HOST:PORT of an mlcostd (repeat for a fleet "
                              f"table; default {default_target()})")
@@ -134,9 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         targets = [default_target()]
         path = Path(targets[0][len("unix:"):])
         if not path.exists():
-            print(f"mlcost-top: no mlcostd at {targets[0]}: start it with `sudo mlcostd run` "
-                  "(or `mlcostd run --simulate demo`), connect elsewhere with --connect, or try "
-                  "`mlcost-top --demo`", file=sys.stderr)
+            print(f"mlcost-top: no mlcostd at {targets[0]}: start it with `sudo mlcostd run`, "
+                  "connect elsewhere with --connect (a simulated host's socket: its start says "
+                  "where), or try `mlcost-top --demo`", file=sys.stderr)
             return 1
     try:
         clients = [Client(t, token=token) for t in targets]

@@ -755,7 +755,8 @@ def offer_to_dict(offer: InstanceOffer) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Stand-alone entry (`python -m pricing.cli`) until the daemon's CLI wires it in."""
-    parser = argparse.ArgumentParser(prog="mlcostd prices", description=__doc__)
+    parser = argparse.ArgumentParser(prog="mlcostd prices", description=__doc__,
+                                     allow_abbrev=False)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

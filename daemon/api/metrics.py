@@ -66,6 +66,10 @@ FORGET_AFTER_S = 3600.0  # a workload unseen this long leaves the exposition and
 # "last seen" against FORGET_AFTER_S, and a freed slot taken at most this much later.
 ANSWERS_KEPT_S = 60.0
 MAX_PHASE_GAP_S = 600.0  # phase time between two scrapes further apart is not counted
+# A process's phase shares are its balance over the last 30 min (daemon.analysis.window_ticks):
+# at its first scrape, its time since the daemon started (or it did) is counted by them, up to
+# that much of it (probe 141 L2: the counter began at the first scrape).
+FIRST_SCRAPE_PHASE_S = 1800.0
 GPU_LABELS = ("gpu", "UUID", "modelName", "Hostname")
 WORKLOAD_LABELS = ("job_name", "pod", "namespace", "container", "slurm_job", "user")
 # Where each workload label comes from in a process's owner (daemon.wire.Process.owner).
@@ -184,15 +188,23 @@ class WorkloadTotals:
 
     def update(self, processes: Sequence[tuple[str, WorkloadKey, float, float,
                                                Mapping[str, float]]],
-               sample_ts: float | None, now: float) -> None:
+               sample_ts: float | None, now: float,
+               counted_from: Mapping[str, float] | None = None) -> None:
         """`processes`: (key, workload, dollars so far, wasted dollars so far, phase shares) of
-        every live process."""
+        every live process. `counted_from`: by key, when a process's phase time counts from
+        at its first scrape (the daemon's start or its own, at most FIRST_SCRAPE_PHASE_S
+        back); without it, from its first scrape."""
         live = set()
         for key, workload, dollars, wasted, shares in processes:
             live.add(key)
             seen = self.seen.get(key)
+            longest = MAX_PHASE_GAP_S
             if seen is None:
                 seen = self.seen[key] = _Seen(workload, base=(0.0, 0.0))
+                since = counted_from.get(key) if counted_from is not None else None
+                if sample_ts is not None and since is not None and since < sample_ts:
+                    seen.ts = since  # counted below as the time since a scrape at `since`
+                    longest = FIRST_SCRAPE_PHASE_S
             elif seen.workload != workload:  # it moved: its dollars so far stay where they were
                 self._retire(seen, now)
                 seen = self.seen[key] = _Seen(workload, ts=seen.ts, base=(
@@ -200,7 +212,7 @@ class WorkloadTotals:
             seen.dollars = max(seen.dollars, dollars - seen.base[0])
             seen.wasted = max(seen.wasted, wasted - seen.base[1])
             if sample_ts is not None:
-                if seen.ts is not None and 0 < sample_ts - seen.ts <= MAX_PHASE_GAP_S:
+                if seen.ts is not None and 0 < sample_ts - seen.ts <= longest:
                     elapsed = sample_ts - seen.ts
                     for phase, share in (shares.items() if shares else ((UNKNOWN_PHASE, 1.0),)):
                         seen.phases[phase] = seen.phases.get(phase, 0.0) + elapsed * share
@@ -582,7 +594,12 @@ class DaemonCollector(Collector):
             rate = rates.setdefault(workload, [0.0, 0.0])
             rate[0] += proc.burn_per_hour or 0.0
             rate[1] += wasted_of.get(proc.key, 0.0)
-        self.workloads.update(rows, state.ts, clock)
+        counted_from = None
+        if state.started_at is not None and state.ts is not None:  # (the daemon's own state)
+            earliest = max(state.started_at, state.ts - FIRST_SCRAPE_PHASE_S)
+            counted_from = {proc.key: max(earliest, proc.start_time or 0.0)
+                            for proc in state.processes}
+        self.workloads.update(rows, state.ts, clock, counted_from)
         # Only the labels a workload has (an empty label is an absent one to PromQL), and no
         # Hostname (the scrape's instance names the host; mlcost_host_info joins it): the
         # most numerous series stay cheap to render and to store.

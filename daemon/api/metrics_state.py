@@ -78,6 +78,7 @@ class ProcessState(NamedTuple):
     cost: float | None  # dollars the ledger charged it so far
     job: str | None  # its job label in the ledger; None until first charged
     phases: Mapping[str, float]  # phase -> share of its recent time
+    start_time: float | None = None  # seconds since the epoch (psutil's create_time)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +99,8 @@ class MetricsState:
     recommendations: tuple[tuple[str, float | None], ...]  # (rule, shown savings $/month)
     potential_savings_per_month: float | None
     latency: tuple[Mapping[str, Any], ...]  # [[cost.latency]] meters (LatencyMeter.as_dict)
+    # When the daemon started (the counters count from it); None: not known (a document)
+    started_at: float | None = None
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> MetricsState:
@@ -111,7 +114,8 @@ class MetricsState:
                 key=p.key, user=p.user, owner=p.owner, gpus=p.gpus, per_gpu=p.per_gpu,
                 kind=p.kind, burn_per_hour=p.burn_per_hour, cost=p.cost, job=p.job,
                 phases={phase: float(share) for phase, share in p.phases.items()
-                        if isinstance(share, int | float) and not isinstance(share, bool)})
+                        if isinstance(share, int | float) and not isinstance(share, bool)},
+                start_time=p.start_time)
                 for p in now.processes),
             burn_per_hour=now.burn_per_hour, wasted_per_hour=now.wasted_per_hour,
             idle_per_hour=now.idle_per_hour,
@@ -127,7 +131,8 @@ def metrics_state(*, host: Mapping[str, Any], nvml_status: str, sample: Sample |
                   idle_utilization_pct: float, analyzer: Analyzer | None,
                   phases: Mapping[str, Mapping[str, Mapping[str, Any]]],
                   kinds: Mapping[str, Mapping[str, Any]],
-                  recommendations: list[dict[str, Any]]) -> MetricsState:
+                  recommendations: list[dict[str, Any]],
+                  started_at: float | None = None) -> MetricsState:
     """The live daemon's state of this tick: `sample` (the latest), `analyzer` (its latest burn,
     ledger and price), the phase balances and kind documents by process key, and the active
     recommendations (after snoozes) as /v1/now lists them."""
@@ -165,7 +170,7 @@ def metrics_state(*, host: Mapping[str, Any], nvml_status: str, sample: Sample |
                 kind=_line(kind) or None if isinstance(kind, str) else None,
                 burn_per_hour=priced_proc.burn_per_hour if priced_proc is not None else None,
                 cost=cost, job=_line(job) or None if job is not None else None,
-                phases=_phase_shares(balance) if balance else {}))
+                phases=_phase_shares(balance) if balance else {}, start_time=proc.start_time))
     ledger_totals: dict[str, float] = {}
     latency: tuple[Mapping[str, Any], ...] = ()
     if analyzer is not None:
@@ -196,7 +201,7 @@ def metrics_state(*, host: Mapping[str, Any], nvml_status: str, sample: Sample |
         idle_per_hour=burn.idle_per_hour if burn is not None else (
             0.0 if analyzer is not None else None),
         ledger=ledger_totals, recommendations=shown, potential_savings_per_month=potential,
-        latency=latency)
+        latency=latency, started_at=started_at)
 
 
 def _number(value: Any) -> float | None:

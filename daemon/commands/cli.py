@@ -78,6 +78,10 @@ class Parser(argparse.ArgumentParser):
     subcommands' parsers are of this class too (add_subparsers' default parser_class)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # A long option is spelled out: `run --simulat demo` was taken for --simulate, and a
+        # typo of one option could be read as another (probe 141 L1). The subcommands'
+        # parsers are made by this __init__ too.
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = re.compile(r"-\.?\d")
 
@@ -133,7 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="record a simulated GPU host instead of NVML: a built-in scenario "
                           f"({', '.join(builtin_scenarios())}) or a scenario .toml file; its "
                           "workloads start with the daemon and stop with it; without --config it "
-                          "reads daemon/sim/simulate.toml (idle events after 1 min)")
+                          "reads daemon/sim/simulate.toml (idle events after 1 min); without "
+                          "--db and --socket it records into a store and serves on a socket of "
+                          "the scenario's own (~/.local/state/mlcost/simulated/SCENARIO/, "
+                          "$XDG_RUNTIME_DIR/mlcost/simulated/SCENARIO/), never this host's")
     run.add_argument("--socket", metavar="FILE",
                      help="unix socket of the HTTP API (default: [api].socket, else "
                           f"{config_module.default_socket_path()})")
@@ -323,6 +330,17 @@ def cmd_run(args: argparse.Namespace) -> int:
                 message = message.replace(f"[api].{name}", "--" + name.replace("_", "-"))
             raise ConfigError(message) from None
         config = config_module.with_overrides(config, "api", **api_flags)
+    own_files = []  # a simulated host's own store and socket where nothing else says where
+    if args.simulate and not config.daemon.db:
+        config = config_module.with_overrides(
+            config, "daemon", db=str(config_module.simulated_db_path(args.simulate)))
+        own_files.append(f"records into {config.daemon.db} (mlcostd report --db "
+                         f"{config.daemon.db})")
+    if args.simulate and not config.api.socket:
+        config = config_module.with_overrides(
+            config, "api", socket=str(config_module.simulated_socket_path(args.simulate)))
+        own_files.append(f"serves its API on {config.api.socket} (mlcost-top --connect "
+                         f"unix:{config.api.socket})")
     if args.token_file and not config.api.listen:
         # Only the TCP listener reads the token: a --token-file nothing reads (a directory or a
         # typo as much as a good file) is said, not silently left unused.
@@ -331,6 +349,9 @@ def cmd_run(args: argparse.Namespace) -> int:
               "or leave --token-file out", file=sys.stderr)
         return 2
     _setup_logging(args.log_level or config.daemon.log_level)
+    if own_files:
+        log.info("the simulated host %s, its own, not this host's: %s", args.simulate,
+                 "; ".join(own_files))
     daemon = Daemon(config, simulate=args.simulate)
 
     async def main() -> int:
@@ -496,8 +517,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             return 2
     if not Path(db).exists():  # nothing to read is a refusal, as a file that is no store is
         print(f"mlcostd report: no database at {db}. Start the recorder first "
-              f"(`mlcostd run`, or `mlcostd run --simulate demo`), or pass --db.",
-              file=sys.stderr)
+              f"(`mlcostd run`), or pass --db (`mlcostd run --simulate demo` records into "
+              f"{config_module.simulated_db_path('demo')})", file=sys.stderr)
         return 2
     try:
         reader = StoreReader(str(db), tidy=True)
@@ -628,6 +649,20 @@ def _command_parser(parser: argparse.ArgumentParser,
     return parser
 
 
+def _did_you_mean(parser: argparse.ArgumentParser, extra: list[str]) -> str:
+    """" (did you mean --simulate?)" for the first unknown long option that is close to one of
+    the parser's (a long option is never shortened: Parser), else ""."""
+    import difflib
+
+    options = [o for o in parser._option_string_actions if o.startswith("--")]
+    for given in extra:
+        if given.startswith("--"):
+            close = difflib.get_close_matches(given.split("=", 1)[0], options, n=1)
+            if close:
+                return f" (did you mean {close[0]}?)"
+    return ""
+
+
 # What a write of the output fails with when it cannot be written: the disk or the quota is
 # full, the file too large, the device failing.
 OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
@@ -673,8 +708,9 @@ def main(argv: list[str] | None = None) -> int:
 def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str],
           kept_signals: KeptSignals | None) -> int:
     if extra:  # said with the command's own usage, not mlcostd's list of commands
-        _command_parser(parser, args.command).error(
-            f"unrecognized arguments: {' '.join(extra)}")
+        command_parser = _command_parser(parser, args.command)
+        command_parser.error(f"unrecognized arguments: {' '.join(extra)}"
+                             f"{_did_you_mean(command_parser, extra)}")
     if args.command is None:
         parser.print_help()
         return 2

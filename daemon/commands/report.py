@@ -762,7 +762,8 @@ def _no_samples(window: dict[str, Any], recording: bool | None) -> list[str]:
     store = one_line(str(window.get("store") or "the store"))
     if not recorded:
         return [f"No samples in {store} at all. Is mlcostd running? Start it with `mlcostd "
-                "run` (or `mlcostd run --simulate demo`), or pass the --db it records into."]
+                "run`, or pass the --db it records into (a simulated host's: its start says "
+                "where)."]
     held = queries.held_range(store, (recorded["first"], recorded["last"]))  # as snapshots say
     if recording is False:
         return [f"No samples in this window: {held} (no daemon records into it). Drop --since "

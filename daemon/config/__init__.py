@@ -35,6 +35,8 @@ from daemon.config.paths import (
     default_db_path,
     default_socket_path,
     price_cache_path,
+    simulated_db_path,
+    simulated_socket_path,
     snapshots_folder,
     socket_path,
 )
@@ -78,5 +80,5 @@ __all__ = [
     "check_instance_price", "check_pricing", "db_path", "default_db_path", "default_socket_path",
     "describe_defaults", "format_duration", "from_dict", "latency_setting", "load", "parse_address",
     "parse_duration", "parse_file", "parse_s3_url", "parse_size", "price_cache_path",
-    "snapshots_folder", "socket_path", "unit_cost_setting", "with_overrides",
+    "simulated_db_path", "simulated_socket_path", "snapshots_folder", "socket_path", "unit_cost_setting", "with_overrides",
 ]

@@ -5,6 +5,7 @@ snapshots folder and the live price cache.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from daemon.config.sections import Config
@@ -17,6 +18,37 @@ def default_db_path() -> Path:
         return Path("/var/lib/mlcost/mlcost.db")
     state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
     return Path(state) / "mlcost" / "mlcost.db"
+
+
+def state_home() -> Path:
+    """$XDG_STATE_HOME, else ~/.local/state (the XDG base directory default), whoever runs it."""
+    state = os.environ.get("XDG_STATE_HOME", "")
+    if state and os.path.isabs(state):
+        return Path(state)
+    return Path(os.path.expanduser("~/.local/state"))
+
+
+def _scenario_folder(scenario: str) -> str:
+    """A folder name for a --simulate scenario: a built-in's name, a scenario file's name without
+    .toml, with what is not a letter, digit, dot, dash or underscore as `_`."""
+    name = Path(scenario).stem if scenario.endswith(".toml") or os.sep in scenario else scenario
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", name)[:64].lstrip(".")
+    return name or "scenario"
+
+
+def simulated_db_path(scenario: str) -> Path:
+    """Where `mlcostd run --simulate SCENARIO` records when neither the config nor --db says: a
+    store of the scenario's own in the user's state folder (root's too), never this host's
+    store: a simulated host's samples in it would read as this host's cost history."""
+    return state_home() / "mlcost" / "simulated" / _scenario_folder(scenario) / "mlcost.db"
+
+
+def simulated_socket_path(scenario: str) -> Path:
+    """Where `mlcostd run --simulate SCENARIO` serves its API when neither the config nor --socket
+    says: the user's runtime folder (root's too), never the socket this host's daemon serves on,
+    where `mlcost-top` and `mlcostd idle` would take the simulated host for this one."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/mlcost-{os.geteuid()}"
+    return Path(runtime) / "mlcost" / "simulated" / _scenario_folder(scenario) / "mlcostd.sock"
 
 
 def socket_path(config: Config) -> Path:

@@ -37,7 +37,7 @@ from daemon.api.audit import ActionGate
 from daemon.api.document import CostView, ProcessEntries, gpu_busy, now_document
 from daemon.api.metrics_state import MetricsState, metrics_state
 from daemon.api.now_cache import NowCache
-from daemon.config import Config, db_path, snapshots_folder
+from daemon.config import Config, db_path, simulated_db_path, snapshots_folder
 from daemon.runtime import memory, resume, s3_upload, systemd
 from daemon.runtime.attribution import Attribution
 from daemon.runtime.kinds import KindTracker
@@ -293,7 +293,7 @@ class Daemon:
                 f"{_path_advice(exc)}") from None
         store_config = self.config.store
         try:
-            return Store(
+            store = Store(
                 str(self.db),
                 raw_retention_s=store_config.raw_retention,
                 minute_retention_s=store_config.minute_retention,
@@ -307,6 +307,54 @@ class Daemon:
             self._lock.release()
             raise DaemonError(f"cannot open the store {self.db}: {exc}; check the path, its "
                               "permissions and the free space on its disk") from None
+        refused = self._other_host()
+        if refused is not None:
+            store.close()
+            self._lock.release()
+            raise DaemonError(refused)
+        return store
+
+    def _other_host(self) -> str | None:
+        """Why this run must not record into the store it opened (None: it may): the store
+        holds a real host and this run simulates one, or the other way round, or another
+        scenario. A store records one host: its report and replay read the host (and its
+        `simulated` scenario) from the last run's meta, so a simulated run on a real host's
+        store turned its whole history into the simulated host's (probe 141 M2)."""
+        try:
+            reader = Store.reader(str(self.db), timeout_s=5.0)
+            try:
+                recorded = queries.recorded_host(reader)
+            finally:
+                reader.close()
+        except Exception:  # unreadable now: the writer has opened it; nothing to compare
+            return None
+        if not recorded:  # a new store, or one no daemon has started on
+            return None
+        was = recorded.get("simulated")
+        was = str(was) if was else None
+        now = self.simulation.scenario_name if self.simulation is not None else None
+        if was == now:
+            return None
+        option = self.out_option or "--db"
+        if was is None:
+            name = recorded.get("hostname")
+            held = (f"the recording of a real host{f' ({name!r})' if name else ''}, not a "
+                    "simulated one")
+        else:
+            held = f"the simulated host of scenario {was!r}"
+        if now is None:
+            doing = "this host's GPUs"
+            fix = (f"pass {option} with another file, or move {self.db} aside where its "
+                   "simulated samples are not wanted")
+        else:
+            doing = f"the simulated scenario {now!r}"
+            own = simulated_db_path(self.simulate or now)
+            fix = f"pass {option} with another file"
+            if own != self.db and self.out_option is None:
+                fix += (f" (without --db and [daemon].db the scenario records into a store of "
+                        f"its own, {own})")
+        return (f"the store {self.db} holds {held}; recording {doing} into it would mix two "
+                f"hosts in one cost history: {fix}")
 
     def _start_simulation(self) -> None:
         assert self.simulation is not None  # loaded by _check_start
@@ -762,7 +810,7 @@ class Daemon:
             host=self.host, nvml_status=self.nvml.status, sample=self.last_sample,
             idle_utilization_pct=self.config.idle.utilization, analyzer=self.analyzer,
             phases=self.phases_now(), kinds=self.kinds.documents(),
-            recommendations=self.active_recommendations())
+            recommendations=self.active_recommendations(), started_at=self.started_at)
 
     # -- snapshots (daemon/runtime/snapshots.py) -----------------------------------------------
 

@@ -40,6 +40,11 @@ class Simulation:
         except scenario.ScenarioError as exc:
             raise SimulationError(str(exc)) from None
 
+    @property
+    def scenario_name(self) -> str | None:
+        """The loaded scenario's name, as the store's host records it (None: not loaded)."""
+        return self._loaded.name if self._loaded is not None else None
+
     def start(self) -> None:
         from daemon.sim import nvml as sim_nvml
         from daemon.sim import scenario

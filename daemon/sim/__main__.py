@@ -13,6 +13,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m daemon.sim",
         description="Start a simulated GPU host (workloads + NVML state) until Ctrl-C.",
+        allow_abbrev=False,
     )
     p.add_argument("scenario", nargs="?", default="demo",
                    help=f"a built-in ({', '.join(scenario.builtin_names())}) or a .toml path")

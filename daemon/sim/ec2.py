@@ -36,7 +36,8 @@ NO_MOTO_EXIT = 3
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m daemon.sim.ec2",
-                                     description="a local EC2 (moto) with the scenario's instance")
+                                     description="a local EC2 (moto) with the scenario's instance",
+                                     allow_abbrev=False)
     parser.add_argument("--scenario", default="demo", help="built-in scenario name or TOML file")
     args = parser.parse_args(argv)
 

@@ -149,7 +149,7 @@ def test_a_mistyped_option_is_said_with_its_commands_usage():
     assert done.stderr.startswith("usage: mlcostd snapshot ")
     assert "--since DURATION" in done.stderr
     assert done.stderr.rstrip().endswith(
-        "mlcostd snapshot: error: unrecognized arguments: --sinse 1m")
+        "mlcostd snapshot: error: unrecognized arguments: --sinse 1m (did you mean --since?)")
     top = cli("--bogus")
     assert top.returncode == 2 and top.stderr.startswith("usage: mlcostd [-h]")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sqlite3
 import subprocess
 import urllib.error
 import urllib.request
@@ -728,3 +729,26 @@ def test_a_quiet_servers_host_gets_no_host_idle_event_nor_its_snapshot(mlcostd, 
     assert not [s for s in snapshots if (s.get("trigger") or {}).get("kind") == "host_idle"]
     assert "the host is idle" not in live.log()
     assert live.stop() == 0, live.log_tail()
+
+
+def test_phase_seconds_count_from_the_daemon_s_start_at_the_first_scrape(tmp_path):
+    """mlcost_workload_phase_seconds_total was missing on the first scrape and then counted from
+    it, where the README says counters count from the daemon's start (probe 141 L2): the first
+    scrape now holds each workload's phase time since the daemon (or its process) started."""
+    daemon = livedaemon.start(tmp_path / "phases", "idle-host", interval=0.5,
+                              args=["--metrics-listen", "127.0.0.1:0"])
+    try:
+        port = metrics_port(daemon)
+        daemon.wait_for_ticks(12)  # several seconds of recording before anything scrapes it
+        with sqlite3.connect(f"file:{daemon.db}?mode=ro", uri=True) as conn:
+            first_ms, last_ms = conn.execute("SELECT min(ts), max(ts) FROM ticks").fetchone()
+        text = fetch(f"http://127.0.0.1:{port}/metrics")[2]  # its first scrape
+        uptime = daemon.call("health").uptime_s
+    finally:
+        assert daemon.stop() == 0
+    phases = samples(text, "mlcost_workload_phase_seconds_total")
+    assert phases, text
+    total = sum(s.value for s in phases)
+    # the notebook (the one process) started before the first tick and lived through the last
+    # one read: at least that much of its time is counted, and no more than the daemon ran
+    assert (last_ms - first_ms) / 1000 <= total <= uptime + 1.0, (total, first_ms, last_ms)

@@ -1,0 +1,171 @@
+"""A store records one host (probe 141 M2): a simulated run never records into a store a real
+host recorded, nor a real run into a simulated host's, nor one scenario into another's; each is
+refused at start in one line, exit status 2, the store left as it was. `mlcostd run --simulate`
+without --db and --socket records into a store and serves on a socket of the scenario's own, in
+the user's state and runtime folders, never this host's defaults."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import tempfile
+from pathlib import Path
+
+import livedaemon
+import pytest
+from lifeline import spawn_options
+from livedaemon import MLCOSTD, ROOT
+from simhost import poll
+
+from daemon.store.reader import StoreReader
+
+
+def _run(folder: Path, *args: str, env: dict[str, str] | None = None,
+         timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(MLCOSTD + ["run", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL,
+                          env=env or dict(os.environ, TMPDIR=str(folder)))
+
+
+def _refused(done: subprocess.CompletedProcess[str], *says: str) -> str:
+    """Exit 2 and one line on stderr that says all of `says`."""
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("mlcostd: "), output
+    for text in says:
+        assert text in lines[0], lines[0]
+    return lines[0]
+
+
+def _host_and_ticks(db: Path) -> tuple[dict, int]:
+    reader = StoreReader(str(db))
+    try:
+        host = reader.meta("host")
+        assert isinstance(host, dict)
+        return host, len(reader.ticks())
+    finally:
+        reader.close()
+
+
+def _real_store(folder: Path) -> Path:
+    """A store `mlcostd run` recorded from this host (no --simulate: NVML if the host has one,
+    else the host without GPUs), stopped after its first ticks."""
+    db = folder / "real" / "mlcost.db"
+    log_path = folder / "real.log"
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen(
+            MLCOSTD + ["run", "--db", str(db), "--socket", str(folder / "real-api" / "s.sock"),
+                       "--interval", "0.5"],
+            cwd=ROOT, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=dict(os.environ, TMPDIR=str(folder)), **spawn_options())
+        try:
+            def ticks() -> int:
+                assert proc.poll() is None, log_path.read_text()
+                if not db.exists():
+                    return 0
+                try:
+                    return _host_and_ticks(db)[1] >= 2
+                except (sqlite3.Error, AssertionError):
+                    return 0
+            poll(ticks, 60, "2 ticks of a real mlcostd run", explain=log_path.read_text)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                assert proc.wait(30) == 0, log_path.read_text()
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+    return db
+
+
+def test_a_simulated_run_on_a_store_a_real_host_recorded_is_refused(tmp_path):
+    db = _real_store(tmp_path)
+    host, ticks = _host_and_ticks(db)
+    assert "simulated" not in host
+    done = _run(tmp_path, "--simulate", "single-gpu", "--db", str(db),
+                "--socket", str(tmp_path / "sim-api" / "s.sock"))
+    line = _refused(done, str(db), "the recording of a real host", "'single-gpu'",
+                    "pass --db with another file", "simulated/single-gpu/mlcost.db")
+    assert "Traceback" not in line
+    assert _host_and_ticks(db) == (host, ticks), "the real host's store was written into"
+    assert not (tmp_path / "sim-api").exists()  # (no workload, no socket: refused at start)
+
+
+def test_a_real_run_on_a_simulated_host_s_store_is_refused(tmp_path):
+    daemon = livedaemon.start(tmp_path / "sim", "idle-host", interval=0.5)
+    try:
+        daemon.wait_for_ticks(2)
+    finally:
+        assert daemon.stop() == 0
+    host, ticks = _host_and_ticks(daemon.db)
+    assert host["simulated"] == "idle-host"
+    done = _run(tmp_path, "--db", str(daemon.db), "--socket", str(tmp_path / "real-api" / "s"))
+    _refused(done, str(daemon.db), "the simulated host of scenario 'idle-host'",
+             "this host's GPUs", "move")
+    assert _host_and_ticks(daemon.db) == (host, ticks)
+    # nor another scenario into it: its report would name one scenario for both
+    done = _run(tmp_path, "--simulate", "single-gpu", "--db", str(daemon.db),
+                "--socket", str(tmp_path / "other-api" / "s"))
+    _refused(done, "'idle-host'", "'single-gpu'")
+    assert _host_and_ticks(daemon.db) == (host, ticks)
+
+
+def test_a_simulated_run_without_db_or_socket_uses_the_scenario_s_own_not_this_host_s(
+        tmp_path, request):
+    state = tmp_path / "state"
+    # a short runtime folder of its own: a socket's path is at most 107 bytes
+    runtime = Path(tempfile.mkdtemp(prefix="mlc-rt-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(runtime, ignore_errors=True))
+    env = dict(os.environ, TMPDIR=str(tmp_path), XDG_STATE_HOME=str(state),
+               XDG_RUNTIME_DIR=str(runtime), HOME=str(tmp_path / "home"))
+    defaults = subprocess.run(
+        MLCOSTD[:1] + ["-c", "from daemon import config as c; "
+                             "print(c.default_db_path()); print(c.default_socket_path())"],
+        cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout.split()
+    if os.geteuid() == 0:  # this host's store and socket are root's fixed paths
+        assert defaults == ["/var/lib/mlcost/mlcost.db", "/run/mlcost/mlcostd.sock"]
+    else:
+        assert defaults == [str(state / "mlcost/mlcost.db"), str(runtime / "mlcost/mlcostd.sock")]
+    defaults_before = [Path(d).exists() for d in defaults]
+    folder = tmp_path / "daemon"
+    folder.mkdir()
+    log_file = open(folder / "mlcostd.log", "wb")
+    proc = subprocess.Popen(MLCOSTD + ["run", "--simulate", "idle-host", "--interval", "0.5"],
+                            cwd=ROOT, stdout=log_file, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, env=env, **spawn_options())
+    daemon = livedaemon.LiveDaemon(folder, proc, log_file)
+    daemon.db = state / "mlcost" / "simulated" / "idle-host" / "mlcost.db"
+    daemon.socket = runtime / "mlcost" / "simulated" / "idle-host" / "mlcostd.sock"
+    try:
+        poll(daemon.healthy, livedaemon.START_TIMEOUT_S, f"mlcostd on {daemon.socket} healthy",
+             explain=daemon.log_tail)
+        daemon.wait_for_ticks(1)
+        log = daemon.log()
+        assert f"records into {daemon.db}" in log, log
+        assert f"mlcost-top --connect unix:{daemon.socket}" in log, log
+        assert not any(d in log for d in defaults), log
+        assert [Path(d).exists() for d in defaults] == defaults_before
+    finally:
+        assert daemon.stop() == 0, daemon.log_tail()
+    assert _host_and_ticks(daemon.db)[0]["simulated"] == "idle-host"
+    assert [Path(d).exists() for d in defaults] == defaults_before
+
+
+@pytest.mark.parametrize("scenario, folder", [
+    ("demo", "demo"),
+    ("some/where/my scenario.toml", "my_scenario"),
+    ("../../..toml", "scenario"),
+])
+def test_a_scenario_s_own_store_is_a_folder_of_its_name(monkeypatch, tmp_path, scenario, folder):
+    from daemon.config import simulated_db_path, simulated_socket_path
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "rt"))
+    assert simulated_db_path(scenario) == tmp_path / "state/mlcost/simulated" / folder / "mlcost.db"
+    assert simulated_socket_path(scenario) == (
+        tmp_path / "rt/mlcost/simulated" / folder / "mlcostd.sock")
