@@ -163,7 +163,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
         db = config_module.db_path(config)
         if not Path(db).is_file():  # nothing to read: a refusal (2), as in `mlcostd report`
             print(f"mlcostd snapshot: {no_store_at(db)}; start the recorder (`mlcostd run`) or "
-                  "pass --db with the daemon's database", file=sys.stderr)
+                  "pass --db with the daemon's database (`mlcostd run --simulate demo` records "
+                  f"into {config_module.simulated_db_path('demo')})", file=sys.stderr)
             return 2
         # The shape `mlcostd report` and `--render` check, before any query reads a row: a
         # file handed around may hold a view where a table belongs (a recursive one ran the

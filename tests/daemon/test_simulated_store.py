@@ -169,3 +169,16 @@ def test_a_scenario_s_own_store_is_a_folder_of_its_name(monkeypatch, tmp_path, s
     assert simulated_db_path(scenario) == tmp_path / "state/mlcost/simulated" / folder / "mlcost.db"
     assert simulated_socket_path(scenario) == (
         tmp_path / "rt/mlcost/simulated" / folder / "mlcostd.sock")
+
+
+@pytest.mark.parametrize("command", [["report"], ["snapshot", "--since", "1m"]])
+def test_no_store_points_at_where_a_simulated_run_records(tmp_path, command):
+    """After `mlcostd run --simulate demo`, a `report` or `snapshot` without --db reads the
+    real daemon's store, which is not there: its refusal names the demo's own."""
+    state = tmp_path / "state"
+    env = dict(os.environ, TMPDIR=str(tmp_path), XDG_STATE_HOME=str(state))
+    done = subprocess.run(MLCOSTD + [*command, "--db", str(tmp_path / "none.db")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                          env=env)
+    assert done.returncode == 2, done.stderr
+    assert f"records into {state}/mlcost/simulated/demo/mlcost.db" in done.stderr, done.stderr
