@@ -1324,7 +1324,27 @@ def figure_text(value: float | None, unit: str) -> str:
         return f"{value:.1f} GiB"
     if unit in ENERGY_UNITS:  # the unit is in the label: the columns stay 10 wide
         return f"{value:.3g}"
-    return f"${value:.4g}"
+    return _dollars(value, 4)
+
+
+# Below this a dollar figure is shown as $0: a noise of 9.15e-15 (floating-point dust on an
+# hour's burn that did not change) was printed `±$9.15e-15` (probe 141 L7).
+DOLLARS_SHOWN_FROM = 5e-7
+
+
+def _dollars(value: float, digits: int) -> str:
+    """`value` dollars to `digits` significant digits, never in scientific notation ($0.000123,
+    $12.35, $1,234; no trailing zeros, as %g): a 10-wide column reads it, and `e-15` reads as a
+    figure."""
+    size = abs(value)
+    if size < DOLLARS_SHOWN_FROM:
+        return "$0"
+    sign = "-" if value < 0 else ""  # (a minus first: -$0.5, not $-0.5)
+    if size >= 10 ** digits:
+        return f"{sign}${size:,.0f}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(size)))
+    text = f"{size:,.{decimals}f}"
+    return f"{sign}$" + (text.rstrip("0").rstrip(".") if "." in text else text)  # %g: no 0.500
 
 
 def change_text(value: float | None, unit: str, signed: bool = True) -> str:
@@ -1343,4 +1363,4 @@ def change_text(value: float | None, unit: str, signed: bool = True) -> str:
         return f"{sign}{abs(value):.2f} GiB"
     if unit in ENERGY_UNITS:
         return f"{sign}{abs(value):.3g}"
-    return f"{sign}${abs(value):.3g}"
+    return sign + _dollars(abs(value), 3)

@@ -1120,6 +1120,11 @@ def test_money_says_unknown_for_no_finite_figure_and_puts_a_minus_first():
 
     assert figure_text(float("inf"), "$") == "-" and change_text(float("inf"), "$") == "-"
     assert change_text(-0.5, "$") == "-$0.5" and figure_text(1e-4, "$") == "$0.0001"
+    # never in scientific notation (probe 141 L7: a noise of `±$9.15e-15`), a minus first
+    assert change_text(9.15e-15, "$", False) == "$0" and figure_text(-0.5, "$") == "-$0.5"
+    assert figure_text(0.000123456, "$") == "$0.0001235" and figure_text(98765.4, "$") == \
+        "$98,765"
+    assert change_text(1234.56, "$") == "+$1,235" and change_text(2e-5, "$") == "+$0.00002"
 
 
 def test_screens_pages_and_axes_write_dollars_by_the_one_rule():
