@@ -534,7 +534,6 @@ def test_a_stores_event_details_and_recommendations_are_redacted_on_every_way_ou
     events and recommendations hold secrets (another writer's, one from before a rule, an
     edited one) printed them whole from `report` (text, JSON, HTML), `snapshot --render`,
     replay and `check`; only `snapshot --db` hid them. Every way out hides them now."""
-    from daemon.replay import Replay
     from daemon.store.schema import pack_text
 
     edited = tmp_path / "secret.db"
@@ -567,28 +566,7 @@ def test_a_stores_event_details_and_recommendations_are_redacted_on_every_way_ou
         assert conn.execute("UPDATE stack_status SET error = ?",
                             (f"py-spy failed on {SECRET_LINE}",)).rowcount == 1
     conn.close()
-    out = {"render": tmp_path / "render.html", "html": tmp_path / "report.html",
-           "snapshot": tmp_path / "copy.db"}
-    texts: dict[str, str] = {}
-    done = run(*MLCOSTD, "snapshot", "--render", str(edited), "--out", str(out["render"]))
-    assert done.returncode == 0, done.stderr
-    done = run(*MLCOSTD, "report", "--db", str(edited), "--since", "1d", "--html",
-               str(out["html"]))
-    assert done.returncode == 0, done.stderr
-    for how in ("text", "json"):
-        done = run(*MLCOSTD, "report", "--db", str(edited), "--since", "1d",
-                   *(["--json"] if how == "json" else []))
-        assert done.returncode == 0, done.stderr
-        texts[how] = done.stdout
-    done = run(*MLCOSTD, "snapshot", "--db", str(edited), "--out", str(out["snapshot"]),
-               "--since", "1d", "--html")
-    assert done.returncode == 0, done.stderr
-    for name in ("render", "html"):
-        texts[name] = out[name].read_text()
-    texts["snapshot page"] = out["snapshot"].with_suffix(".html").read_text()
-    dumped = sqlite3.connect(out["snapshot"])
-    texts["snapshot"] = "\n".join(dumped.iterdump())
-    dumped.close()
+    texts = _every_way_out(edited, tmp_path)
     document = json.loads(texts["json"])
     recommendation = next(r for r in document["recommendations"] if r["id"] == "r1")
     assert recommendation["evidence"]["process"]["command"].startswith(
@@ -599,10 +577,7 @@ def test_a_stores_event_details_and_recommendations_are_redacted_on_every_way_ou
     assert "AWS_SECRET_ACCESS_KEY=<redacted>" in details["action"]["command"], details
     assert "--password=<redacted>" in details["gpu_held_idle"], details
     assert "--password=<redacted>" in texts["text"]  # the review's and the list's summary
-    with Replay(edited) as replay:
-        at = replay.times()[-1]
-        state = replay.state_at(at)
-        texts["replay"] = json.dumps(state)
+    state = json.loads(texts["replay"])  # (its last tick's)
     shown = {r["id"]: r for r in state["recommendations"]}
     assert "--password=<redacted>" in shown["r1"]["summary"], state["recommendations"]
     assert any("--password=<redacted>" in e.get("detail", "") for e in state["events"]), \
@@ -665,7 +640,6 @@ def test_a_stores_frames_meter_readings_and_host_facts_are_redacted_on_every_way
     instance) were shown as stored by `report` (text, JSON, HTML), `snapshot --render`,
     `snapshot --db` (the copy and its page) and replay, secrets and all; the rest of a store
     went through the output redaction. Every way out hides them now."""
-    from daemon.replay import Replay
 
     edited = tmp_path / "secret.db"
     shutil.copyfile(store_with_facts, edited)
@@ -694,32 +668,7 @@ def test_a_stores_frames_meter_readings_and_host_facts_are_redacted_on_every_way
                      "VALUES ('low_utilization', '4242:1000.500', ?, ?, 0, '{}')",
                      (round(T0 * 1000), round((T0 + 60) * 1000)))
     conn.close()
-    out = {"render": tmp_path / "render.html", "html": tmp_path / "report.html",
-           "snapshot": tmp_path / "copy.db"}
-    texts: dict[str, str] = {}
-    done = run(*MLCOSTD, "snapshot", "--render", str(edited), "--out", str(out["render"]))
-    assert done.returncode == 0, done.stderr
-    done = run(*MLCOSTD, "report", "--db", str(edited), "--since", "1d", "--html",
-               str(out["html"]))
-    assert done.returncode == 0, done.stderr
-    for how in ("text", "json"):
-        done = run(*MLCOSTD, "report", "--db", str(edited), "--since", "1d",
-                   *(["--json"] if how == "json" else []))
-        assert done.returncode == 0, done.stderr
-        texts[how] = done.stdout
-    done = run(*MLCOSTD, "snapshot", "--db", str(edited), "--out", str(out["snapshot"]),
-               "--since", "1d", "--html")
-    assert done.returncode == 0, done.stderr
-    for page in ("render", "html"):
-        texts[page] = out[page].read_text()
-    texts["snapshot page"] = out["snapshot"].with_suffix(".html").read_text()
-    dumped = sqlite3.connect(out["snapshot"])
-    texts["snapshot"] = "\n".join(dumped.iterdump())
-    dumped.close()
-    with Replay(edited) as replay:
-        state = replay.state_at(replay.times()[-1])
-        texts["replay"] = json.dumps(state)
-        texts["replay host"] = json.dumps(replay.host)
+    texts = _every_way_out(edited, tmp_path)
     leaks = {page: [w for w in FRAME_SECRETS if w in text] for page, text in texts.items()}
     assert not any(leaks.values()), json.dumps({page: w for page, w in leaks.items() if w})
     document = json.loads(texts["json"])
