@@ -112,16 +112,32 @@ def phase_label(phase: str | None, confidence: str | None) -> str:
     return phase + LOW_CONFIDENCE_MARK if confidence == LOW_CONFIDENCE else phase
 
 
+# Below this `money(..., figures=N)` writes $0: a noise of 9.15e-15 (floating-point dust on
+# an hour's burn that did not change) was printed `±$9.15e-15` by compare (probe 141 L7).
+DOLLARS_SHOWN_FROM = 5e-7
+
+
 def money(value: float | None, digits: int = 2, *, small: bool = False,
-          significant: bool = False, whole_from: float | None = None, none: str = "-") -> str:
+          significant: bool = False, whole_from: float | None = None, none: str = "-",
+          figures: int | None = None) -> str:
     """Dollars, as every report, recommendation, snapshot, page and screen writes them (the one
     place that says how): '$1,234.56', '-$1.00', `none` when unknown. Below $1, `small` writes
     four decimals, where a short run's cost would read $0.00 (profiles and their gates:
     '$0.0022'); `significant` at least two significant digits (a page's $0.00012).
-    `whole_from`: whole dollars from that amount up (a screen's '$12,345')."""
+    `whole_from`: whole dollars from that amount up (a screen's '$12,345'). `figures`: that
+    many significant digits, no trailing zeros and never an exponent, whole dollars from
+    10**figures up and $0 below DOLLARS_SHOWN_FROM (compare's columns: '$0.0001235', '$0.5',
+    '$1,235')."""
     if value is None or not math.isfinite(value):  # (an edited file's 1e308 - x is inf)
         return none
     amount = abs(value)
+    if figures is not None:
+        if amount < DOLLARS_SHOWN_FROM:
+            return "$0"
+        places = max(0, figures - 1 - math.floor(math.log10(amount)))
+        text = f"{amount:,.{places}f}"
+        text = text.rstrip("0").rstrip(".") if "." in text else text  # as %g: no 0.500
+        return f"-${text}" if value < 0 else f"${text}"
     if whole_from is not None and amount >= whole_from:
         digits = 0
     elif small and amount < 1:

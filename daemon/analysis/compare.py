@@ -22,7 +22,7 @@ from daemon import clock
 from daemon.analysis.cost import gpu_wasted_per_hour
 from daemon.analysis.ledger import JobLabeler
 from daemon.analysis.phase_balance import balance_processes, run_phase_balance
-from daemon.wire import COMPUTE, process_key
+from daemon.wire import COMPUTE, money, process_key
 
 COMPARE_VERSION = 1
 RESAMPLES = 1000
@@ -1324,27 +1324,7 @@ def figure_text(value: float | None, unit: str) -> str:
         return f"{value:.1f} GiB"
     if unit in ENERGY_UNITS:  # the unit is in the label: the columns stay 10 wide
         return f"{value:.3g}"
-    return _dollars(value, 4)
-
-
-# Below this a dollar figure is shown as $0: a noise of 9.15e-15 (floating-point dust on an
-# hour's burn that did not change) was printed `±$9.15e-15` (probe 141 L7).
-DOLLARS_SHOWN_FROM = 5e-7
-
-
-def _dollars(value: float, digits: int) -> str:
-    """`value` dollars to `digits` significant digits, never in scientific notation ($0.000123,
-    $12.35, $1,234; no trailing zeros, as %g): a 10-wide column reads it, and `e-15` reads as a
-    figure."""
-    size = abs(value)
-    if size < DOLLARS_SHOWN_FROM:
-        return "$0"
-    sign = "-" if value < 0 else ""  # (a minus first: -$0.5, not $-0.5)
-    if size >= 10 ** digits:
-        return f"{sign}${size:,.0f}"
-    decimals = max(0, digits - 1 - math.floor(math.log10(size)))
-    text = f"{size:,.{decimals}f}"
-    return f"{sign}$" + (text.rstrip("0").rstrip(".") if "." in text else text)  # %g: no 0.500
+    return money(value, figures=4)
 
 
 def change_text(value: float | None, unit: str, signed: bool = True) -> str:
@@ -1363,4 +1343,4 @@ def change_text(value: float | None, unit: str, signed: bool = True) -> str:
         return f"{sign}{abs(value):.2f} GiB"
     if unit in ENERGY_UNITS:
         return f"{sign}{abs(value):.3g}"
-    return sign + _dollars(abs(value), 3)
+    return sign + money(abs(value), figures=3)
