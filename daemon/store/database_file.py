@@ -71,6 +71,43 @@ def cut_short(fd: int) -> str | None:
     return None
 
 
+def take_back_kept_wal(path: str) -> None:
+    """A second name of the WAL (`<path>-wal.kept-PID`, `DatabaseFile._keep_wal`) left by a
+    writer that died before it removed it (SIGKILL in the moment between): the WAL then had
+    two names, and the next start refused it as a file another may hold (CI: a kill -9 test
+    writer). Removed where the WAL is at its path; where it is not (the close had deleted it),
+    put back as the WAL. Only our own regular files named for a process that is gone."""
+    folder, name = os.path.split(path)
+    prefix = name + "-wal.kept-"
+    try:
+        names = [n for n in os.listdir(folder or ".") if n.startswith(prefix)]
+    except OSError:
+        return
+    for kept_name in names:
+        pid = kept_name[len(prefix):]
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        kept = os.path.join(folder, kept_name)
+        with contextlib.suppress(OSError):
+            found = os.lstat(kept)
+            if not stat.S_ISREG(found.st_mode) or found.st_uid != os.geteuid():
+                continue
+            if os.path.lexists(path + "-wal"):
+                os.unlink(kept)
+            else:
+                os.replace(kept, path + "-wal")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class DatabaseFile:
     """The lock on the Store's database file and the checks that it is still at its path."""
 

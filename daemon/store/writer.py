@@ -45,7 +45,7 @@ import sqlite_utils
 
 from daemon.sources.sample import ProcessSample, Sample
 from daemon.store import tick_rows
-from daemon.store.database_file import DatabaseFile
+from daemon.store.database_file import DatabaseFile, take_back_kept_wal
 from daemon.store.errors import (
     SQLITE_FULL,
     TRANSIENT,
@@ -167,6 +167,7 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
 
     def _connect(self) -> sqlite_utils.Database:
         try:
+            take_back_kept_wal(self.path)  # (a dead writer's second name of the WAL)
             private_database(self.path)  # 0600 before SQLite creates it; its WAL/SHM follow
         except RefusedFile as exc:  # a planted link or someone else's file: left alone
             raise StoreError(str(exc)) from None

@@ -1116,3 +1116,37 @@ def test_a_process_that_execs_has_its_recorded_command_updated_across_restarts(
     with Store(path) as store:  # a restart: the row is found, its command compared with it
         assert store.write(tick(T0 + 3, 4, "python train.py --resumed"))
     assert recorded() == ["python train.py --resumed"]
+
+
+def test_a_second_name_of_the_wal_left_by_a_killed_writer_is_taken_back(tmp_path: Path) -> None:
+    """A writer killed between making `<db>-wal.kept-PID` (its WAL's second name, made while
+    it checks a file cut short) and removing it left the WAL with two names: the next start
+    refused the store as a file another may hold (CI, test_kill_9_loses_nothing_committed).
+    The name of a writer that is gone is removed, or put back as the WAL where the WAL is
+    not at its path; a live process's is left alone."""
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        assert store.write(make_sample(1, 1000.0, random.Random(1)))
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    wal = Path(f"{path}-wal")
+    wal.write_bytes(b"")
+    os.chmod(wal, 0o600)
+    os.link(wal, f"{wal}.kept-{gone.pid}")
+    live = f"{wal}.kept-{os.getppid()}"  # a process that is there: not ours to touch
+    Path(live).write_bytes(b"")
+    with Store(path) as store:  # the old code: StoreError, "has 2 hard links"
+        assert store.write(make_sample(2, 1001.0, random.Random(2)))
+    assert not os.path.lexists(f"{wal}.kept-{gone.pid}") and os.path.lexists(live)
+    assert [r[0] for r in rows(path, "SELECT tick FROM ticks ORDER BY tick")] == [1, 2]
+    # the WAL gone from its path (the close had deleted it): its second name is put back
+    os.unlink(live)
+    kept = Path(f"{wal}.kept-{gone.pid}")
+    kept.write_bytes(b"")
+    os.chmod(kept, 0o600)
+    if wal.exists():
+        wal.unlink()
+    with Store(path) as store:
+        assert store.write(make_sample(3, 1002.0, random.Random(3)))
+    assert not kept.exists()
+    assert [r[0] for r in rows(path, "SELECT tick FROM ticks ORDER BY tick")] == [1, 2, 3]
