@@ -10,7 +10,8 @@
 - A request that expects `100 Continue` is shown to the app's `REFUSE_BEFORE_CONTINUE` check
   first: aiohttp invites the body in its expect handler, before any middleware runs, so a
   refusal there (a missing token) is the answer, never an invitation.
-- Parser-level bad requests (a control byte, a folded header, a bare LF, an oversized line)
+- Parser-level bad requests (a control byte, a folded header, a bare LF, an oversized line,
+  more than MAX_HEADERS headers)
   are answered with a JSON 400 that never echoes the request (it may hold the bearer token),
   and logged as one line per kind, rate-limited: "N more like this" at most once a minute.
 """
@@ -25,7 +26,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import hdrs, web
-from aiohttp.http_exceptions import BadHttpMethod, HttpProcessingError, LineTooLong
+from aiohttp.http_exceptions import (
+    BadHttpMessage,
+    BadHttpMethod,
+    HttpProcessingError,
+    LineTooLong,
+)
 from aiohttp.web_protocol import RequestHandler
 
 log = logging.getLogger("daemon.api.server")
@@ -36,6 +42,8 @@ LINGER_S = 2.0  # an unread request body is drained this long, then the connecti
 MAX_LINE = 8190  # request line and each header (aiohttp's defaults, said in the 400)
 MAX_HEADERS = 128
 LOG_EVERY_S = 60.0
+# aiohttp's words for a request past max_headers (headers, or chunked trailers)
+_TOO_MANY_HEADERS = ("Too many headers", "Too many trailers")
 
 
 class RateLimitedLog:
@@ -69,8 +77,12 @@ def _describe(exc: BaseException | None, status: int) -> tuple[str, str]:
     """(kind, message) for a request the parser or the server refused; never the request's
     own bytes (the header that failed may be the Authorization header)."""
     if isinstance(exc, LineTooLong):
-        return "line-too-long", (f"a request line or header is longer than {MAX_LINE} bytes "
-                                 f"(or more than {MAX_HEADERS} headers); send shorter headers")
+        return "line-too-long", (f"a request line or header is longer than {MAX_LINE} bytes; "
+                                 "send shorter headers")
+    # aiohttp has no class of its own for these: a BadHttpMessage of its words (both parsers)
+    if isinstance(exc, BadHttpMessage) and exc.message.startswith(_TOO_MANY_HEADERS):
+        return "too-many-headers", (f"the request has more than {MAX_HEADERS} headers; send "
+                                    "fewer")
     if isinstance(exc, BadHttpMethod):
         return "bad-method", "the request line is not HTTP (a bad method); send HTTP/1.1"
     if isinstance(exc, HttpProcessingError):

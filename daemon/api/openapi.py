@@ -47,7 +47,9 @@ def _path(name: str, description: str, pattern: str | None = None) -> dict[str, 
 
 
 def _body(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"required": False, "content": {_JSON: {"schema": schema}}}
+    # a key the route does not take is a 400 (routes._body): no additionalProperties
+    return {"required": False, "content": {_JSON: {"schema": {
+        **schema, "additionalProperties": False}}}}
 
 
 SINCE = {"type": "number", "minimum": 1, "maximum": _MAX_SINCE_S}

@@ -38,6 +38,9 @@ MAX_JSON_DEPTH = 32  # a request body nested deeper is refused before json.loads
 MAX_PID = 1 << 22  # Linux's pid_max ceiling (4194304)
 MAX_START_TIME = 1e11  # a process start time (Unix seconds) a store can hold
 MAX_GPU_INDEX = 1023
+# the keys of each POST body (openapi.py documents them, additionalProperties false)
+APPLY_KEYS = ("dry_run", "accept_preliminary")
+SNOOZE_KEYS = ("hours",)
 
 
 _NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
@@ -66,7 +69,23 @@ def _number(query: Any, name: str, default: float, low: float, high: float) -> f
     return value
 
 
-async def _body(request: web.Request) -> dict[str, Any]:
+class _RepeatedKey(ValueError):
+    """A JSON object names one key twice (json.loads would keep the last, silently)."""
+
+
+def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in body:
+            raise _RepeatedKey(key)
+        body[key] = value
+    return body
+
+
+async def _body(request: web.Request, keys: tuple[str, ...]) -> dict[str, Any]:
+    """The request's JSON object, of `keys` only: an unknown key (a typo: "sinse" for
+    "since") or one given twice is a 400 naming it and the keys the route takes, never a
+    default taken silently in its place."""
     if not request.can_read_body:
         return {}
     # a body must arrive within the connection's request deadline (daemon.api.limits): a
@@ -90,12 +109,21 @@ async def _body(request: web.Request) -> dict[str, Any]:
     if _nesting(raw) > MAX_JSON_DEPTH:
         raise _bad(f"the request body is nested too deeply (more than {MAX_JSON_DEPTH} levels "
                    "of [ or {); send a flat JSON object")
+    route = f"{request.method} {request.match_info.route.resource.canonical}" \
+        if request.match_info.route.resource is not None else request.path
+    takes = f"{route} takes {', '.join(keys)}" if keys else f"{route} takes no key"
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, object_pairs_hook=_no_repeats)
+    except _RepeatedKey as exc:
+        raise _bad(f"the request body gives key {shown(exc.args[0])} twice; give it once "
+                   f"({takes})") from None
     except (ValueError, UnicodeDecodeError, RecursionError):
         raise _bad("the request body is not valid JSON") from None
     if not isinstance(body, dict):
         raise _bad("the request body must be a JSON object")
+    unknown = [key for key in body if key not in keys]
+    if unknown:
+        raise _bad(f"unknown key {shown(unknown[0])} in the request body; {takes}")
     return body
 
 
@@ -265,7 +293,7 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
         from daemon.api.audit import ActionRefused, peer
 
         rec_id = request.match_info["id"]
-        body = await _body(request)
+        body = await _body(request, APPLY_KEYS)
         dry_run = body.get("dry_run", True)
         if not isinstance(dry_run, bool):
             return json_error(400, f"dry_run={shown(dry_run)} must be true or false")
@@ -301,7 +329,7 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
 
     async def snooze(request: web.Request) -> web.Response:
         rec_id = request.match_info["id"]
-        body = await _body(request)
+        body = await _body(request, SNOOZE_KEYS)
         hours = body.get("hours", 24)
         if isinstance(hours, bool) or not isinstance(hours, int | float) or not (
                 0 < hours <= MAX_SNOOZE_HOURS):

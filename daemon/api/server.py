@@ -23,12 +23,14 @@ import socket
 import sqlite3
 import stat
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
+from daemon.api.echo import shown
 from daemon.api.limits import (
     MAX_CONNECTIONS,
     REFUSE_BEFORE_CONTINUE,
@@ -213,6 +215,9 @@ def make_app(daemon: Any, *, token: str | None = None,
         refused = refusal(request)
         if refused is not None:
             return refused
+        repeated = _repeated_query(request)
+        if repeated is not None:
+            return json_error(400, repeated)
         try:
             return await handler(request)
         except web.HTTPRequestEntityTooLarge:
@@ -231,6 +236,15 @@ def make_app(daemon: Any, *, token: str | None = None,
         except Exception as exc:  # the API must answer, not drop the connection
             route = request.match_info.route.resource
             where = route.canonical if route is not None else "unrouted"
+            if isinstance(exc, ConnectionError) and _client_gone(request):
+                # The client closed its connection before the answer was all sent (a download
+                # cut short): a normal client event, one line. Nothing can be sent; aiohttp
+                # meets the closed connection again on this answer and says nothing (raised
+                # from here, its own 500 handler would log it as a failure).
+                limited_log(logging.INFO, f"gone:{request.method}:{where}",
+                            f"API {request.method} {where}: the client closed the connection "
+                            f"before the answer was all sent ({type(exc).__name__})")
+                return json_error(499, "the client closed the connection")
             store = getattr(daemon, "store", None)
             if store is not None and isinstance(exc, sqlite3.Error):
                 # the store's file, not this request: one line in the log, no traceback
@@ -254,6 +268,26 @@ def make_app(daemon: Any, *, token: str | None = None,
     add_routes(app, daemon, started_mono)
     add_metrics_route(app, metrics if metrics is not None else Metrics(daemon))
     return app
+
+
+def _client_gone(request: web.Request) -> bool:
+    """Whether the request's connection is closed or closing (its client went away)."""
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
+def _repeated_query(request: web.Request) -> str | None:
+    """What is wrong when a /v1/ route's query gives a parameter more than once (each takes a
+    parameter once: `gpu=0&gpu=1` used the first, silently); None when none is repeated."""
+    resource = request.match_info.route.resource
+    if resource is None or not resource.canonical.startswith("/v1/") or len(request.query) < 2:
+        return None
+    counts = Counter(key for key, _ in request.query.items())  # (keys() gives each once)
+    key, count = counts.most_common(1)[0]
+    if count == 1:
+        return None
+    return (f"query parameter {shown(key)} is given {count} times; {request.method} "
+            f"{resource.canonical} takes it once")
 
 
 def parse_listen(listen: str, flag: str = "--listen") -> tuple[str, int]:
@@ -299,11 +333,11 @@ def bind_tcp(host: str, port: int, flag: str) -> socket.socket:
         sock.listen(128)  # listening: with SO_REUSEADDR a bind alone reserves nothing
     except OSError as exc:
         sock.close()
-        shown = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
+        where = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
         fix = {errno.EADDRINUSE: "stop what holds it or pass another port",
                errno.EADDRNOTAVAIL: "pass an address of this host (0.0.0.0 for every one)",
                }.get(exc.errno or 0, f"pass another {flag} HOST:PORT")
-        raise ApiError(f"cannot listen on {shown} ({flag}): {exc.strerror}; {fix}") from None
+        raise ApiError(f"cannot listen on {where} ({flag}): {exc.strerror}; {fix}") from None
     sock.setblocking(False)
     return sock
 

@@ -36,6 +36,7 @@ DEFAULT_SINCE_S = 1800.0
 # matched with fullmatch: `$` would also match before a final newline ("a.db\n")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]{0,200}\.(db|html)")
 CHUNK_BYTES = 1 << 20
+TAKE_KEYS = ("since", "until", "html", "upload")  # POST's body (openapi.py documents them)
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -47,6 +48,9 @@ def snapshot_range(body: dict[str, Any], now: float) -> tuple[float, float]:
     until a time from 2020 (clock.MIN_TIME: nothing is recorded earlier) to a minute from now.
     ValueError names the field, the value and what is allowed."""
     raw_since = body.get("since", DEFAULT_SINCE_S)
+    if isinstance(raw_since, bool) or not isinstance(raw_since, int | float | str):
+        raise ValueError(f"since={_shown(raw_since)} must be a duration: e.g. \"30m\", \"2h\" "
+                         f"or a number of seconds, from 1 s to {MAX_SINCE_S:g} s")
     try:
         span = parse_duration(raw_since)
     except (ValueError, TypeError):
@@ -54,9 +58,12 @@ def snapshot_range(body: dict[str, Any], now: float) -> tuple[float, float]:
                          f"seconds, from 1 s to {MAX_SINCE_S:g} s") from None
     if not (math.isfinite(span) and 1 <= span <= MAX_SINCE_S):
         raise ValueError(f"since={_shown(raw_since)} must be between 1 s and {MAX_SINCE_S:g} s")
-    raw_until = body.get("until")
     until = now
-    if raw_until is not None:
+    if "until" in body:
+        raw_until = body["until"]
+        if isinstance(raw_until, bool) or not isinstance(raw_until, int | float | str):
+            raise ValueError(f"until={_shown(raw_until)} must be a time: Unix seconds or an "
+                             "ISO 8601 string (leave it out for now)")
         try:
             until = clock.parse_time(raw_until)
         except (ValueError, TypeError) as exc:
@@ -113,7 +120,7 @@ def add_snapshot_routes(app: web.Application, daemon: Any,
     async def take(request: web.Request) -> web.Response:
         from daemon.store.snapshot import BadSnapshotRequest, EmptySnapshotRange, SnapshotError
 
-        body = await read_body(request)
+        body = await read_body(request, TAKE_KEYS)
         try:
             since, until = snapshot_range(body, clock.now())
         except ValueError as exc:

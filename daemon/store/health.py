@@ -18,7 +18,11 @@ class StoreHealth:
     writes_failed: int = 0  # write attempts (transactions) that failed
     samples_buffered: int = 0  # waiting in memory now
     samples_dropped: int = 0  # lost: buffer overflow or a sample SQLite rejected
-    last_error: str | None = None
+    last_error: str | None = None  # the latest error, while the store has not worked since
+    # last_error once the store worked again after it (a write and a housekeeping round went
+    # through), and when: history, not what is wrong now (probe 142 L5)
+    resolved_error: str | None = None
+    resolved_at: float | None = None
     rows_pruned: int = 0
     bytes_on_disk: int = 0  # database + WAL
     problem: str | None = None  # what stops recording now (disk full, ...); None when all is well
@@ -27,7 +31,7 @@ class StoreHealth:
     recreated: str | None = None  # the database was deleted or replaced and recreated: when, how
 
     def as_dict(self) -> dict[str, object]:
-        # Every field is a str, an int or None: a flat copy is what dataclasses.asdict gives,
+        # Every field is a str, a number or None: a flat copy is what dataclasses.asdict gives,
         # at a fiftieth of its cost (/v1/now and /v1/health ask on every call).
         return dict(vars(self))
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import sqlite_utils
 
+from daemon import clock
 from daemon.store import rollup_rows
 from daemon.store.errors import is_corruption
 from daemon.store.schema import HOUR, MINUTE
@@ -136,6 +137,7 @@ class Maintenance:
                     # Each step does one unit at least, then stops at the deadline; one that
                     # stopped goes on at the next call, and the steps after it wait for it.
                     if step(deadline):
+                        self._error_resolved()
                         return True
                 self._checkpoint()  # (its own cadence: every _CHECKPOINT_EVERY_S or ticks)
             except Exception as error:  # never raise to the daemon loop
@@ -163,7 +165,20 @@ class Maintenance:
             self._maintain_failures = 0
             if self._problem_kind == "maintain":
                 self._clear_problem("its housekeeping runs again")
+            self._error_resolved()
             return pending
+
+    def _error_resolved(self) -> None:
+        """After a housekeeping round that went through: a last_error from before, while
+        nothing waits and no problem stands, is history (resolved_error, resolved_at), not what
+        /v1/health says is wrong now (it said "maintain failed: database or disk is full" long
+        after the disk had room again)."""
+        health = self._health
+        if health.last_error is None or self._buffer or self._pending_facts \
+                or self._problem_kind is not None or self._damage_noted is not None:
+            return
+        health.resolved_error, health.resolved_at = health.last_error, clock.now()
+        health.last_error = None
 
     def _rollup_minutes(self, deadline: float) -> bool:
         ms = MINUTE * 1000

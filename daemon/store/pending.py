@@ -192,9 +192,14 @@ class PendingWrites:
         self._health.last_error = f"write failed: {error}"
         code = error_code(error)
         # this tick is in the buffer until _trim_buffer drops the oldest past the bound
-        waiting = (f"{ticks_waiting(min(len(self._buffer), self.buffer_limit))} in memory (at "
-                   f"most {self.buffer_limit}; {self._health.samples_dropped} dropped so far) "
-                   "and are written when it can")
+        count = min(len(self._buffer), self.buffer_limit)
+        if count == 0:  # (a fact write at start, before the first tick)
+            waiting = (f"ticks wait in memory until it can be written (none yet; at most "
+                       f"{self.buffer_limit})")
+        else:
+            waiting = (f"{ticks_waiting(count)} in memory (at most {self.buffer_limit}; "
+                       f"{self._health.samples_dropped} dropped so far) and "
+                       f"{'is' if count == 1 else 'are'} written when it can")
         if code == SQLITE_FULL:
             text = (f"cannot write the store {self.path}: the disk is full "
                     f"({free_bytes(self.path)} bytes free); {waiting}; free space on that disk "

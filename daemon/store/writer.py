@@ -574,8 +574,9 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
             finally:
                 lost, facts = len(self._buffer), len(self._pending_facts)
                 if lost or facts:
-                    log.error("stopping with %d ticks and %d other writes that could not be "
-                              "written to %s (%s): they are lost", lost, facts, self.path,
+                    log.error("stopping with %s and %s that could not be written to %s "
+                              "(%s): they are lost", _count(lost, "tick"),
+                              _count(facts, "other write"), self.path,
                               # the cause, not the problem's advice to keep mlcostd
                               # running (probe 142 L5: nested in "they are lost")
                               self._health.last_error or self._health.problem)
@@ -587,6 +588,11 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _count(count: int, what: str) -> str:
+    """"1 tick", "2 ticks"."""
+    return f"{count} {what}" if count == 1 else f"{count} {what}s"
 
 
 def finish(path: str | os.PathLike[str], timeout_s: float = 5.0) -> None:

@@ -22,7 +22,7 @@ import psutil
 import pytest
 from simhost import poll
 
-from daemon.api.limits import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, RateLimitedLog
+from daemon.api.limits import MAX_CONNECTIONS, MAX_HEADERS, REQUEST_TIMEOUT_S, RateLimitedLog
 
 SLOW_TIMEOUT_S = 3.0  # the slowloris daemon's request timeout: a loaded machine's stall of a
 # second or two between connecting and sending must not close a connection before it has sent
@@ -108,6 +108,23 @@ def test_parser_errors_log_one_line_per_kind_and_never_the_token(daemon, token, 
     bad = [line for line in log.splitlines() if "malformed HTTP request (BadHttpMessage" in line]
     # one line for the first, then at most one a minute ("N more like this")
     assert 1 <= len(bad) <= minutes + 1, bad
+
+
+@pytest.mark.parametrize("count", [MAX_HEADERS + 1, 5000])
+def test_more_headers_than_the_limit_is_a_400_that_says_so(daemon, token, port, count):
+    """More than 128 headers was answered `malformed HTTP request (BadHttpMessage: a control
+    byte, a folded header, a bare LF or a bad header)` (probe 142 L2): none of those."""
+    head = [b"Host: x", b"Authorization: Bearer " + token.encode()]
+    head += [b"X-H%d: v" % i for i in range(count - len(head))]
+    status, body = exchange(port, b"GET /v1/health HTTP/1.1\r\n" + b"\r\n".join(head)
+                            + b"\r\n\r\n")
+    error = json.loads(body)["error"]
+    assert status == 400 and error == f"the request has more than {MAX_HEADERS} headers; send " \
+                                      "fewer", error
+    assert token.encode() not in body
+    poll(lambda: f"more than {MAX_HEADERS} headers" in daemon.log(), 30,
+         "the log line about too many headers", explain=daemon.log_tail)
+    assert health_over_tcp(port, token)["ok"]
 
 
 def test_a_kind_held_back_is_counted_in_its_next_line_a_minute_later(caplog):

@@ -11,6 +11,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import aiohttp
@@ -129,9 +130,17 @@ def test_housekeeping_on_a_full_disk_leaves_health_saying_what_waits(tmp_path: P
             errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
             assert len(errors) == 1 and "disk is full" in errors[0], errors
             filler.unlink()  # space returns
+            before = time.time()
             assert store.write(sample(200 + rounds)) is True
             store.maintain(budget_s=1.0)
-            assert store.health.problem is None
+            health = store.health
+            assert health.problem is None
+            # what failed is history now: "maintain failed: database or disk is full" stayed
+            # in /v1/health's last_error long after (probe 142 L5)
+            assert health.last_error is None, health
+            assert "maintain failed" in (health.resolved_error or ""), health
+            assert health.resolved_at is not None and health.resolved_at >= before, health
+            assert store.health.as_dict()["last_error"] is None  # as /v1/health serves it
         assert ticks(path) == list(range(1, 201 + rounds))
 
 
@@ -179,12 +188,15 @@ def test_ticks_dropped_on_a_full_disk_are_said_in_the_log_when_and_after_they_go
                 assert store.write(sample(tick))
             filler = mounts.fill(disk)
             assert not store.write(sample(200))
-            assert "1 tick waits in memory (at most 5;" in (store.health.problem or "")
+            assert "1 tick waits in memory (at most 5; 0 dropped so far) and is written when " \
+                   "it can" in (store.health.problem or "")
             for tick in range(201, 220):  # 20 ticks: the last 5 wait, 15 are dropped
                 store.write(sample(tick))
                 problem = store.health.problem or ""
                 assert "6 ticks wait" not in problem, problem  # never past its bound
-            assert "5 ticks wait in memory (at most 5;" in (store.health.problem or "")
+            problem = store.health.problem or ""
+            assert "5 ticks wait in memory (at most 5;" in problem, problem
+            assert "dropped so far) and are written when it can" in problem, problem
             said = [r.getMessage() for r in caplog.records]
             drops = [m for m in said if "the oldest are dropped" in m]
             assert len(drops) == 1, said  # at the first drop, once
@@ -195,6 +207,34 @@ def test_ticks_dropped_on_a_full_disk_are_said_in_the_log_when_and_after_they_go
         assert len(again) == 1 and "15 ticks taken while it could not be were dropped" in (
             again[0]), said
         assert not any("everything that waited" in m for m in said), said
+
+
+def test_a_full_disk_before_any_tick_and_a_stop_with_one_tick_are_said_in_plain_words(
+        tmp_path: Path, caplog) -> None:
+    """At a start on a full disk the first write is a fact (the host's), with no tick yet:
+    health said "0 ticks wait in memory ... and are written when it can"; a stop with one tick
+    waiting said "stopping with 1 ticks" (probe 142 L5)."""
+    caplog.set_level(logging.INFO, logger="daemon.store.writer")
+    with mounts.tmpfs(tmp_path / "disk", size="8m") as disk:
+        path = disk / "s.db"
+        store = Store(path)
+        for tick in range(1, 20):
+            assert store.write(sample(tick))
+        filler = mounts.fill(disk)
+        try:
+            store.set_meta("host", {"hostname": "box"})  # nothing buffered yet
+            problem = store.health.problem or ""
+            assert "disk is full" in problem, store.health
+            assert "ticks wait in memory until it can be written (none yet; at most " \
+                in problem, problem
+            assert "0 ticks" not in problem, problem
+            assert not store.write(sample(20))
+        finally:
+            store.close()  # on the full disk: the tick and the fact are lost, and said so
+            filler.unlink()
+    [stopped] = [r.getMessage() for r in caplog.records if "they are lost" in r.getMessage()]
+    assert stopped.startswith("stopping with 1 tick and 1 other write that could not be "
+                              "written"), stopped
 
 
 def test_a_forward_step_of_the_clock_keeps_the_raw_history_recorded_before_it(
