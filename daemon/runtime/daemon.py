@@ -649,22 +649,23 @@ class Daemon:
             self._record_costs(clock.now())  # the last round's spend, before the store closes
             self.store.close()  # recreates a database deleted under it first, from its copy
             self._lock.release()
-            ticks = self.tick - self.first_tick
+            count = self.tick - self.first_tick
+            ticks = f"{count} tick{'s' if count != 1 else ''}"
             lost = self.store.health.samples_buffered
             if self.db.exists() and lost:
-                log.error("stopped after %d ticks; %d of them could not be written (%s) and are "
+                log.error("stopped after %s; %d of them could not be written (%s) and are "
                           "lost; the rest is in %s", ticks, lost,
                           self.store.health.problem or self.store.health.last_error, self.db)
             elif self.db.exists() and self.store.health.corrupt_moved_aside:
-                log.warning("stopped after %d ticks; the store was found damaged while it "
+                log.warning("stopped after %s; the store was found damaged while it "
                             "recorded and moved aside to %s (what it held: `sqlite3 %s "
                             ".recover`); what came after is in %s", ticks,
                             self.store.health.corrupt_moved_aside,
                             self.store.health.corrupt_moved_aside, self.db)
             elif self.db.exists():
-                log.info("stopped after %d ticks; everything recorded is in %s", ticks, self.db)
+                log.info("stopped after %s; everything recorded is in %s", ticks, self.db)
             else:
-                log.error("stopped after %d ticks; the database %s no longer exists and could "
+                log.error("stopped after %s; the database %s no longer exists and could "
                           "not be recreated (%s): what was recorded is lost", ticks, self.db,
                           self.store.health.problem or self.store.health.last_error)
         return 0
