@@ -54,12 +54,21 @@ from daemon.analysis.latency import LATENCY_READING, observe_reading, replayed_m
 from daemon.analysis.ledger import CostLedger, recording_gap_s, run_starts
 from daemon.analysis.price_history import PRICE_READING, PriceHistory, instance_then
 from daemon.analysis.range_ticks import with_edges
+from daemon.analysis.recorded_spend import recorded_ledger
 from daemon.api.document import WORKING_SM_SHARE, CostView, now_document
 from daemon.sources.sample import Sample
 from daemon.store import queries
 from daemon.store.errors import damaged_store, is_damaged
 from daemon.store.reader import StoreReader, no_store_at
-from daemon.store.schema import GPU_READING, SCHEMA_VERSION, SNOOZE_READING
+from daemon.store.schema import (
+    GPU_READING,
+    HOUR,
+    KIND_SPEND,
+    MICRODOLLARS,
+    SCHEMA_VERSION,
+    SNOOZE_READING,
+    SPEND_METRICS,
+)
 from daemon.store.shape import StoreShapeError, check_shape
 from daemon.store.snapshot import snapshot_facts
 from daemon.wire import parse_process_key, process_key
@@ -165,6 +174,7 @@ class Replay:
             float(hold) if isinstance(hold, int | float) and 0 <= hold <= 86400 else 0.0)
         self.jobs: dict[str, str] = queries.recorded_jobs(self.reader) or {}
         self._states: OrderedDict[int, dict[str, Any]] = OrderedDict()
+        self._days: dict[float, tuple[float, float | None]] = {}  # _day_before, by day
 
     # -- the timeline ------------------------------------------------------------------------
 
@@ -255,6 +265,7 @@ class Replay:
             host["instance"] = instance_then(price, host.get("instance"))
             current = burn(sample, price, self.thresholds)
             ledger, meter = self._ledger(at)
+            before, counted_from = self._day_before(at)
             grid = (GridIntensity.from_dict(self.host.get("grid"))  # as the daemon ran
                     or grid_intensity(price.provider, price.region))
             spent = ledger.as_dict()
@@ -273,7 +284,10 @@ class Replay:
                                                 "warning")},
                 ledger=spent, processes=processes, events=events,
                 recommendations=self._recommendations(at), energy=meter.snapshot(grid),
-                spend_today=ledger.by_day.get(clock.utc_day(at), 0.0))  # from the day's start
+                # from the day's start, as the live daemon counts it: what the store recorded
+                # of the day before its first tick (its hour spend), and the ticks' since
+                spend_today=ledger.by_day.get(clock.utc_day(at), 0.0) + before,
+                spend_today_since=counted_from)
         doc = now_document(
             host=host, sample=sample, previous=previous, tick=sample.tick,
             idle_utilization_pct=self.idle_utilization_pct, cost=cost,
@@ -304,6 +318,52 @@ class Replay:
             if phase is not None:
                 found[str(window["target"])] = phase
         return found
+
+    def _day_before(self, at: float) -> tuple[float, float | None]:
+        """(dollars, counted from) of at's UTC day before the recording's first tick, from the
+        hour spend the daemon's ledger recorded into the store (as the live daemon resumes its
+        day): the whole hours before the first tick's hour, and the part of that hour's row
+        the ticks do not account for (a snapshot's row holds the hour from before its range).
+        `counted from`: where the store's knowledge of the day begins when that is after the
+        day's start (a snapshot, a store begun mid-day: the earlier part is not in the file),
+        else None. Read once a day of the replay."""
+        day_start = clock.utc_day_start(at)
+        cached = self._days.get(day_start)
+        if cached is not None:
+            return cached
+        dollars, counted_from = 0.0, None
+        if self.start > day_start:
+            day = clock.utc_day(at)
+            hour = self.start // HOUR * HOUR
+            counted_from = self.start
+            if hour > day_start:  # the whole hours before (a store that keeps fewer ticks)
+                recorded = recorded_ledger(self.reader, day_start, hour, self.jobs)
+                if recorded is not None:
+                    dollars = recorded[0].by_day.get(day, 0.0)
+                first = self.reader.query(
+                    "SELECT min(bucket) AS b FROM rollups WHERE res = ? AND kind = ? AND "
+                    "bucket >= ? AND bucket < ?",
+                    (HOUR, KIND_SPEND, round(day_start * 1000), round(hour * 1000)))[0]["b"]
+                if first is not None:
+                    counted_from = first / 1000
+            row = self.reader.query(
+                "SELECT sum AS total FROM rollups WHERE res = ? AND kind = ? AND bucket = ? AND "
+                "key = 0 AND metric = ?",
+                (HOUR, KIND_SPEND, round(hour * 1000), SPEND_METRICS["total"]))
+            through = queries.spend_through(self.reader)
+            if row and row[0]["total"] is not None and through is not None:
+                # what the hour's row holds beyond the ticks' charges up to the hand-over
+                until = min(through, hour + HOUR - 0.001, self.end)  # (that day's)
+                charged = (self._ledger(until)[0].by_day.get(day, 0.0) if until > self.start
+                           else 0.0)
+                earlier = row[0]["total"] / MICRODOLLARS - charged
+                if earlier > 0.005:  # a cent: not the two ledgers' rounding
+                    dollars += earlier
+                    counted_from = min(counted_from, hour)
+            if counted_from <= day_start:
+                counted_from = None
+        self._days[day_start] = dollars, counted_from
+        return dollars, counted_from
 
     def _ledger(self, at: float) -> tuple[CostLedger, EnergyMeter]:
         """Spend and energy from the start of ts's UTC day (or of the recording) up to ts, with

@@ -718,6 +718,9 @@ class Now:
     wasted_per_hour: float | None = None
     idle_per_hour: float | None = None
     spend_today: float | None = None
+    # where spend_today counts from after the day's start (a replay of a store that holds the
+    # day from then on only); None: the whole day
+    spend_today_since: float | None = None
     events: tuple[Event, ...] = ()
     recommendations: tuple[Recommendation, ...] = ()
     store: dict[str, Any] = field(default_factory=dict)
@@ -785,7 +788,7 @@ class Now:
             burn_per_hour=_f(burn.get("total_per_hour")),
             wasted_per_hour=_f(burn.get("wasted_per_hour")),
             idle_per_hour=_f(burn.get("idle_per_hour")),
-            spend_today=spend_today,
+            spend_today=spend_today, spend_today_since=_f(d.get("spend_today_since")),
             events=tuple(Event.from_dict(e) for e in _l(d.get("events"))
                          if isinstance(e, Mapping)),
             recommendations=tuple(Recommendation.from_dict(r)

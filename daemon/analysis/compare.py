@@ -87,6 +87,11 @@ def check_document(document: dict[str, Any]) -> None:
         if value is not None and not (_number(value) and 0 <= value <= LATEST_TIME):
             raise ValueError(f"window.{key} is {str(value)[:40]!r}, not a time (seconds since "
                              "1970)")
+    recorded = (window or {}).get("recorded")
+    last = recorded.get("last") if isinstance(recorded, dict) else None
+    if last is not None and not (_number(last) and 0 <= last <= LATEST_TIME):
+        raise ValueError(f"window.recorded.last is {str(last)[:40]!r}, not a time (seconds "
+                         "since 1970)")
     recs = document.get("recommendations")
     if recs is not None and not isinstance(recs, list):
         raise ValueError(f"recommendations is {type(recs).__name__}, not a list")
@@ -1280,10 +1285,19 @@ def _describe(side: Side) -> dict[str, Any]:
     # a store whose recording began more than two ticks into the range
     young = (isinstance(since, int | float) and isinstance(first, int | float)
              and first - since > 2 * step)
+    # a store whose recording stopped more than two ticks before the range's end (a range
+    # ending `now` of a store no daemon records into any more)
+    until = window.get("until")
+    recorded = window.get("recorded")
+    last = recorded.get("last") if isinstance(recorded, dict) else None
+    stopped = (isinstance(until, int | float) and isinstance(last, int | float)
+               and not isinstance(last, bool) and until - last > 2 * step)
     return {"label": side.label, "job": side.job, "since": since,
             "until": window.get("until"), "ticks": window.get("ticks"),
             # a store younger than its range (a snapshot of 30 min taken 2 min after the start)
             "recorded_from": first if young else None,
+            # and a store that stopped inside its range: its last sample
+            "recorded_until": last if stopped else None,
             "buckets": len(side.buckets), "bucket_s": side.bucket_s,
             "gpus": side.gpus, "processes": len(side.processes),
             "price_per_gpu": price_per_gpu_hour(side.document),

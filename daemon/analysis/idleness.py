@@ -276,7 +276,10 @@ def answer(now: Mapping[str, Any], history: History | None, *, for_s: float,
         text, confidence = max(active_now, key=lambda item: item[1])
         more = f" (and {len(active_now) - 1} more)" if len(active_now) > 1 else ""
         since = _active_since(history, idle_utilization_pct, ts)
-        return {**base, "active": True, "since": since, "since_is_history_start": False,
+        # a stretch that reaches back to the first tick: active since at least then
+        from_start = history.first_tick is not None and since <= history.first_tick
+        since = max(since, history.first_tick) if history.first_tick is not None else since
+        return {**base, "active": True, "since": since, "since_is_history_start": from_start,
                 "idle_for_s": None, "reason": f"active now: {text}{more}", "basis": MEASURED,
                 "confidence": confidence}
     if unknown:

@@ -47,6 +47,9 @@ class CostView:
     recommendations: list[dict[str, Any]] = field(default_factory=list)
     energy: Mapping[str, Any] | None = None  # daemon.analysis.energy: joules, kWh, CO2e so far
     spend_today: float | None = None  # the UTC day's, runs before this start included
+    # where spend_today counts from after the day's start: a replay of a store that holds the
+    # day from then on only (a snapshot, a store begun mid-day); None: the whole day
+    spend_today_since: float | None = None
     budgets: Sequence[dict[str, Any]] = ()  # BudgetWatch.status
 
     @classmethod
@@ -389,6 +392,9 @@ def now_document(
         doc["cost"] = cost.ledger
         if cost.spend_today is not None:  # else a client reads cost.by_day (daemon.wire)
             doc["spend_today"] = cost.spend_today
+        # null live (the whole day as the store recorded it); a time in a replay of a file
+        # that holds the day from then on only
+        doc["spend_today_since"] = cost.spend_today_since
         doc["budgets"] = list(cost.budgets)
         doc["energy"] = dict(cost.energy) if cost.energy is not None else None
         doc["events"] = cost.events

@@ -49,7 +49,9 @@ def read_history(db: Path, since: float, until: float, for_s: float,
     points = max(1, min(MAX_POINTS, int((until - since) / max(2 * interval_s, 1.0))))
     reader = StoreReader(str(db), timeout_s=READ_TIMEOUT_S)
     try:
-        series = {index: reader.gpu_history(index, "utilization", since, until, points)
+        # aligned buckets: the same for every call, so `since` does not move between calls
+        series = {index: reader.gpu_history(index, "utilization", since, until, points,
+                                            aligned=True)
                   for index in gpus}
         window = (round((until - for_s) * 1000), round(until * 1000))
         first = reader.query("SELECT min(ts) AS ts FROM ticks WHERE ts >= ? AND ts <= ?",
@@ -71,8 +73,9 @@ def read_history(db: Path, since: float, until: float, for_s: float,
     else:
         largest = max((row["gap"] or 0) / 1000, row["lo"] / 1000 - (until - for_s),
                       until - row["hi"] / 1000)
-    # The reader's bucket width: the smallest step between two buckets of any GPU.
-    steps = [b[0] - a[0] for s in series.values() for a, b in zip(s, s[1:], strict=False)]
+    # The reader's bucket width: the smallest step between two buckets of any GPU (from the
+    # second: the first point is at its first row, not at its bucket's start).
+    steps = [b[0] - a[0] for s in series.values() for a, b in zip(s[1:], s[2:], strict=False)]
     width = max(min(steps) if steps else (until - since) / points, 1.0)
     resumed_at = (resumed[0]["ts"] / 1000 if resumed and resumed[0]["ts"] is not None
                   else None)

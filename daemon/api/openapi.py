@@ -119,6 +119,10 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                            "spend_today": {"type": "number", "description": "the host's spend "
                                            "on the UTC day of this tick, dollars, the runs "
                                            "before this daemon's start included"},
+                           "spend_today_since": {**_NUMBER_OR_NULL, "description":
+                                                 "null live; in a replay, where spend_today "
+                                                 "counts from when the file holds the day "
+                                                 "from then on only"},
                            "budgets": {"type": "array", "items": {"type": "object"},
                                        "description": "each [cost.budgets] budget in its "
                                                       "current UTC period: scope, name, "

@@ -163,9 +163,13 @@ def _document_from_store(path: Path, since: float | None, until: float | None,
                                 f"({' '.join(str(exc).split())[:160]})") from None
     except READ_ERRORS as exc:
         raise CompareInputError(read_failure(path, exc)) from None
-    if not document["window"].get("ticks"):
+    window = document["window"]
+    if not window.get("ticks"):
+        recorded = window.get("recorded")  # what it holds, in the words report and snapshot use
+        held = queries.held_range(str(path), (recorded["first"], recorded["last"])
+                                  if isinstance(recorded, dict) else None)
         raise CompareInputError(f"{path}: no samples between {clock.local_time(since)} and "
-                                f"{clock.local_time(until)}")
+                                f"{clock.local_time(until)}; {held}")
     return document
 
 
@@ -275,8 +279,13 @@ def _side_lines(name: str, side: dict[str, Any]) -> list[str]:
     elif isinstance(side.get("since"), int | float) and isinstance(side.get("until"),
                                                                      int | float):
         span = f", {side['until'] - side['since']:.0f} s"
-        if isinstance(side.get("recorded_from"), int | float):
-            span += f", {clock.duration(side['until'] - side['recorded_from'])} of it recorded"
+        first, last = side.get("recorded_from"), side.get("recorded_until")
+        if isinstance(first, int | float) or isinstance(last, int | float):
+            lo = first if isinstance(first, int | float) else side["since"]
+            hi = last if isinstance(last, int | float) else side["until"]
+            span += f", {clock.duration(max(hi - lo, 0))} of it recorded"
+            if isinstance(last, int | float):  # a store that stopped inside the range
+                span += f" (to {clock.local_time(last)}, when the recording stopped)"
     steps = f", {side['steps']} steps" if side.get("steps") else ""
     job = f", job {one_line(str(side['job']))}" if side.get("job") else ""
     hardware = analysis.hardware_text(side)

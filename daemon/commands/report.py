@@ -669,7 +669,7 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
     if rows:
         out += ["  " + line for line in _table(
             ["PID", "user", "GPUs", "GPU mem", "SM", "CPU", "RSS", "read", "I/O wait",
-             "$/h", "job", "command"], rows)]
+             "$/h", "workload", "command"], rows)]
     else:
         out.append("  no process used a GPU in this window")
     out += _render_kinds(report["processes"])

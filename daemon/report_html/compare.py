@@ -32,6 +32,9 @@ def _side(name: str, side: dict[str, Any]) -> str:
                 f"{_e(clock.local_time(side['until']))}")
         if isinstance(side.get("recorded_from"), int | float):
             span += (f", recorded from {_e(clock.local_time(side['recorded_from']))}")
+        if isinstance(side.get("recorded_until"), int | float):
+            span += (f", recorded to {_e(clock.local_time(side['recorded_until']))} (the "
+                     "recording stopped)")
     extra = f", {side['steps']} steps" if side.get("steps") else ""
     job = f", job <code>{_e(side['job'])}</code>" if side.get("job") else ""
     hardware = hardware_text(side)

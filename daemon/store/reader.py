@@ -384,10 +384,15 @@ class StoreReader:
         max_points: int,
         raw_max_span_s: float,
         conn: sqlite3.Connection,
+        aligned: bool = False,
     ) -> list[tuple[float, float, float, float]]:
         lo, hi = round(since * 1000), round(until * 1000)
         res = self._resolution(until - since, raw_max_span_s)
         width = max(math.ceil((hi - lo + 1) / max(max_points, 1)), res * 1000)
+        # Buckets from `lo`, or (aligned) on multiples of their width since the epoch: the same
+        # buckets for every read of a moving window, so what is read from them does not move
+        # with the moment it is asked (GET /v1/idle's `since`).
+        origin = lo - lo % width if aligned else lo
         minute_done = self._meta(conn, "minute_done")
         hour_done = self._meta(conn, "hour_done")
         parts = []
@@ -398,6 +403,7 @@ class StoreReader:
             "lo": lo,
             "hi": hi,
             "w": width,
+            "origin": origin,
             **raw_params,
         }
         rollup = (
@@ -427,22 +433,28 @@ class StoreReader:
         raw = raw_sql.replace(":lo", ":raw_lo")
         parts.append(f"SELECT ts AS t, 1 AS n, v AS total, v AS lo_v, v AS hi_v FROM ({raw})")
         sql = (
-            "SELECT (t - :lo) / :w AS i, sum(n), sum(total), min(lo_v), max(hi_v) FROM ("
-            + " UNION ALL ".join(parts)
+            "SELECT max((t - :origin) / :w, 0) AS i, sum(n), sum(total), min(lo_v), max(hi_v),"
+            " min(t) FROM (" + " UNION ALL ".join(parts)
             + ") WHERE total IS NOT NULL GROUP BY i ORDER BY i"
         )
         scale = METRIC_SCALE[metric]
+        rows = conn.execute(sql, params).fetchall()
+        # Each point at its bucket's start, but the first never before its first row (the
+        # range's start, or where the recording began inside it).
         return [
-            ((lo + i * width) / 1000, total * scale / n, low * scale, high * scale)
-            for i, n, total, low, high in conn.execute(sql, params)
+            (max(origin + i * width, first if k == 0 else 0) / 1000, total * scale / n,
+             low * scale, high * scale)
+            for k, (i, n, total, low, high, first) in enumerate(rows)
         ]
 
     def gpu_history(
-        self, index: int, metric: str, since: float, until: float, max_points: int = 300
+        self, index: int, metric: str, since: float, until: float, max_points: int = 300,
+        *, aligned: bool = False,
     ) -> list[tuple[float, float, float, float]]:
         """(ts, avg, min, max) points of one GPU metric over [since, until], in model units.
 
         Reads raw rows for short ranges, minute rollups up to 8 days, hour rollups beyond.
+        `aligned`: buckets on multiples of their width since the epoch, not from `since`.
         """
         if metric not in GPU_METRICS:
             raise ValueError(f"unknown GPU metric {metric!r}; one of {sorted(GPU_METRICS)}")
@@ -464,6 +476,7 @@ class StoreReader:
                 max_points,
                 _RAW_MAX_SPAN_GPU_S,
                 conn,
+                aligned,
             )
 
     def process_history(

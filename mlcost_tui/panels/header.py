@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.visual import VisualType
 from textual.widgets import Static
 
-from daemon.clock import duration
+from daemon.clock import duration, local_time
 from daemon.wire import Budget, target_pid
 from mlcost_tui import format as fmt
 from mlcost_tui.messages import HostSnapshot
@@ -168,6 +168,10 @@ class HeaderPanel(Static):
                          style="bold " + BAD if wasted and wasted > 0.005 else "bold")
             spend = Text("  today ")
             spend.append(fmt.money(now.spend_today), style="bold")
+            if now.spend_today_since is not None:  # a replay of a store that holds the day
+                # from then on only: counted from there, not the day's whole spend
+                since = local_time(now.spend_today_since, date=False, seconds=False)
+                spend.append(f" since {since}", style=MUTED)
             daily, monthly = now.host_budget("daily"), now.host_budget("monthly")
             if daily is not None:  # [cost.budgets.host] daily: how much of it is gone
                 spend.append(f" of {fmt.money(daily.limit)} ({daily.share:.0%})",
@@ -178,13 +182,14 @@ class HeaderPanel(Static):
                 spend.append(f" of {fmt.money(monthly.limit)} ({monthly.share:.0%})",
                              style=budget_style(monthly))
             savings = Text()
-            if not now.recommendations and replay is None and fleet is None:
+            if not now.recommendations and fleet is None:
                 # None yet, as the recommendations panel says: not a known $0.00 (the first
-                # rules run a period after the daemon starts; until then nothing is known).
+                # rules run a period after the daemon starts; until then nothing is known),
+                # live and at a replayed tick alike.
                 savings.append("  saves " if narrow else "  potential savings ")
                 savings.append("?", style="bold")
                 every = now.evaluate_every_s
-                savings.append(" (none yet)" if narrow else
+                savings.append(" (none yet)" if narrow or replay is not None else
                                f" (none yet: the rules look every "
                                f"{duration(every) if every and every > 0 else '~30 s'})",
                                style=MUTED)

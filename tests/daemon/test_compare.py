@@ -1174,3 +1174,49 @@ def test_a_profile_with_a_field_no_page_can_show_is_refused_and_an_earlier_page_
                          "--html", str(page))
     assert done.returncode == 0, done.stderr
     assert TITLE in page.read_text() and page.read_text() != earlier
+
+
+def _stopped_store(db: Path, start: float, ticks: int) -> None:
+    """A store that recorded `ticks` 1 s samples from `start`, then stopped."""
+    store = Store(str(db))
+    for i in range(ticks):
+        rng = random.Random(i)
+        store.write(Sample(ts=start + i, tick=i + 1, gpus=(gpu(0, rng, utilization=90.0),),
+                           processes=(process(4242, i + 1, rng, 1, start_time=start - 100),)))
+    store.set_meta("host", {"hostname": "box", "interval_s": 1.0,
+                            "price": {"per_hour": 4.0, "gpus": 1, "source": "test"}})
+    store.close()
+
+
+def test_a_range_the_store_misses_names_the_range_it_holds(tmp_path, capsys):
+    """Probe 141 L8: `--baseline 7d-ago/1h` on a store that misses it said only 'no samples
+    between …' (rc 1); it says what the store holds, in report's and snapshot's words."""
+    db = tmp_path / "s.db"
+    start = time.time() - 600
+    _stopped_store(db, start, 60)
+    done = _compare_here(capsys, "--db", str(db), "--baseline", "7d-ago/1h")
+    assert done.returncode == 1, done
+    held = f"{db} holds {clock.local_time(start)} to {clock.local_time(start + 59)}"
+    assert "no samples between" in done.stderr and held in done.stderr, done.stderr
+
+
+def test_a_range_ending_now_of_a_stopped_store_says_the_seconds_it_covers(tmp_path, capsys):
+    """Probe 141 L8: `B = 11:20..now` of a store that stopped recording ~90 s before now said
+    `936 s`, as if all of it was recorded. It says what was recorded, and to when."""
+    db = tmp_path / "s.db"
+    start = time.time() - 400
+    _stopped_store(db, start, 300)  # the last sample ~100 s ago
+    last = start + 299
+    a, b = f"{start:.3f}..{start + 100:.3f}", f"{start + 150:.3f}..now"
+    done = _compare_here(capsys, "--db", str(db), a, b, "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["a"]["recorded_until"] is None
+    assert result["b"]["recorded_until"] == pytest.approx(last, abs=0.01)
+    text = _compare_here(capsys, "--db", str(db), a, b).stdout
+    lines = text.splitlines()
+    at = next(i for i, x in enumerate(lines) if x.startswith("B (after)"))
+    line = " ".join([lines[at], *(x.strip() for x in lines[at + 1:at + 4]
+                                  if x.startswith("    "))])
+    assert (f"{clock.duration(last - (start + 150))} of it recorded (to "
+            f"{clock.local_time(last)}, when the recording stopped)") in line, text

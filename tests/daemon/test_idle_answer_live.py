@@ -22,12 +22,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import livedaemon
 import pytest
 import yaml
 from simhost import poll
 
 from daemon.commands import idle as idle_command
 from daemon.config import parse_duration
+from daemon.store.reader import StoreReader
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTION = "## Is this host idle? (autostop)"
@@ -219,9 +221,14 @@ def test_no_daemon_answers_active_with_the_reason(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def demo_target(mlcostd) -> str:
+def demo_daemon(mlcostd) -> livedaemon.LiveDaemon:
+    return mlcostd("demo")
+
+
+@pytest.fixture(scope="module")
+def demo_target(demo_daemon) -> str:
     """A demo host whose trainers compute and whose server has been seen serving."""
-    daemon = mlcostd("demo")
+    daemon = demo_daemon
     target = f"unix:{daemon.socket}"
 
     def ready() -> bool:
@@ -248,6 +255,25 @@ def test_the_demo_host_is_active_by_its_trainers_and_server(demo_target):
     assert server["serves"] and any("serves on a port" in e for e in server["evidence"])
     # the idle notebook beside them is idle: the evidence is per process
     assert all(not p["active"] for p in by_kind.get("notebook", []))
+
+
+def test_active_since_holds_still_and_never_before_the_first_tick(demo_daemon, demo_target):
+    """The demo's GPUs have been busy since its first tick: active since then, at least, the
+    same on every call (probe 141 L5: three calls answered 11:07:18.67, 17.73, 16.32 while the
+    first tick was 11:07:22.006, and since_is_history_start was false). GET /v1/history's
+    first point is not before the first tick either."""
+    reader = StoreReader(str(demo_daemon.db))
+    try:
+        first_tick = reader.query("SELECT min(ts) AS ts FROM ticks")[0]["ts"] / 1000
+    finally:
+        reader.close()
+    answers = [idle_json(demo_target, SHORT_FOR)[1] for _ in range(3)]
+    assert [a["history"]["first_tick"] for a in answers] == [first_tick] * 3
+    assert [a["since"] for a in answers] == [first_tick] * 3, answers
+    assert all(a["since_is_history_start"] is True for a in answers)
+    history = demo_daemon.call("gpu_history", 0, "utilization", 3600, 300)
+    assert history.points and history.points[0].ts >= first_tick, (history.points[0],
+                                                                   first_tick)
 
 
 @pytest.mark.parametrize("name", ["cron", "skypilot", "dstack"])

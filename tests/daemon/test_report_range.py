@@ -175,3 +175,19 @@ def test_a_young_stopped_store_is_reported_from_its_first_tick_not_its_rollups_h
     assert window["source"] == "raw" and window["ticks"] == 420
     (proc,) = document["processes"]
     assert proc["read_bytes"] == 419 * (1 << 20)
+
+
+def test_the_process_table_names_its_owner_column_workload_not_job(tmp_path):
+    """Probe 141 L6: the process table's `job` column showed the owner workload ('-' for a
+    process no pod, Slurm job or unit owns) while the report's "by job" lists job labels
+    (`train.py`). The column says what it shows."""
+    db = tmp_path / "snap.db"
+    record_past(db, time.time() - HOUR)
+    out = report(db)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    header = lines[lines.index("Processes (GPU processes and their workers)") + 1].split()
+    assert header[-2:] == ["workload", "command"], header
+    assert "job" not in header
+    row = lines[lines.index("Processes (GPU processes and their workers)") + 2].split()
+    assert row[0] == "4242" and row[-3] == "-", row  # no owner; its job label is train.py
