@@ -197,7 +197,9 @@ COLUMNS: tuple[ProcessColumn, ...] = (
                   draw=lru_cache(_CACHE)(_rate), sort=lambda p: p.read_bytes_per_s or 0.0),
     ProcessColumn("state", "S", 1, 8, value=lambda r: r.process.state,
                   sort=lambda p: p.state, descending=False),
-    ProcessColumn("job", "job", 16, 6, value=lambda r: r.process.workload or DASH,
+    # its owner's workload label (pod, Slurm job, unit), named as the report names it; the
+    # ledger's job label (`Process.job`, "by job") is another thing
+    ProcessColumn("job", "workload", 16, 8, value=lambda r: r.process.workload or DASH,
                   draw=lambda job: job if len(job) <= 16 else job[:15] + "…",
                   # groups the rows by owner (pod, Slurm job, unit), costliest first in each
                   sort=lambda p: (p.workload or "~", -(p.burn_per_hour or 0.0)),

@@ -26,6 +26,9 @@ async def test_the_job_column_shows_the_pod_the_slurm_job_and_the_unit():
         await pilot.pause()
         table = app.query_one(ProcessPanel)
         jobs = dict(zip(_column(table, "pid"), _column(table, "job"), strict=True))
+        # headed as the report heads it: the ledger's job label is another thing
+        header = table.ordered_columns[table.get_column_index("job")].label
+        assert str(header).strip().startswith("workload"), header
         assert jobs["1000"] == "ml/trainer-0"
         assert jobs["1001"] == "slurm 4242"
         assert jobs["1002"] == "vllm.service"
