@@ -229,6 +229,8 @@ def verdict(entry: dict[str, Any], proc: dict[str, Any] | None,
     top = stacks[0] if stacks else {}
     function = top.get("function") or ""
     where = f"{os.path.basename(top.get('file') or '?')}:{top.get('line')} {function}"
+    if not stacks:
+        where = no_stack(proc)
     # A comprehension or a nested function is in the body of the function that holds it.
     outer = function.split(".<locals>.", 1)[0]
     names = {function, outer, outer.rsplit(".", 1)[-1]}
@@ -236,8 +238,35 @@ def verdict(entry: dict[str, Any], proc: dict[str, Any] | None,
                and any(name in names or name.rsplit(".", 1)[-1] in names
                        for name in entry["responsible"]))
     return {"got": got, "line_ok": line_ok, "where": where, "reason": top.get("reason"),
-            "shares": {p: round(v["share"], 2) for p, v in phases.items()}, "kind": kind,
+            "shares": {p: round(v["share"], 2) for p, v in phases.items()},
+            "sm_share": proc.get("sm_share"), "kind": kind,
             "kind_evidence": list(proc.get("kind_evidence") or []), "sigterm": sigterm}
+
+
+def no_stack(proc: dict[str, Any]) -> str:
+    """Why its largest phase has no top stack. Stacks are taken in low-utilization windows
+    only, which open below [attribution].low_sm_share: a simulated kernel is a sleep of fixed
+    wall time, so a program's SM share rises as the host's CPU gets faster or quieter (at full
+    speed on a quiet host train_shards_mp.py's ranks ran at ~46%, and no window opened)."""
+    from daemon.config import AttributionConfig
+
+    low = AttributionConfig().low_sm_share
+    share = proc.get("sm_share")
+    if share is None:
+        return "no stack sample (SM share not known)"
+    if share >= low:
+        return (f"no stack sample: its SM share ({share:.0f}% on average) kept it out of "
+                f"low-utilization windows (below {low:g}%) most of the time")
+    return f"no stack sample (SM share {share:.0f}% on average)"
+
+
+def near_threshold(entry: dict[str, Any], share: float | None) -> bool:
+    """A program labelled other than compute whose mean SM share came within 5 points of
+    low_sm_share (or over it): too close for a verdict that does not depend on the load."""
+    from daemon.config import AttributionConfig
+
+    return (share is not None and entry["phase"] != "compute"
+            and share >= AttributionConfig().low_sm_share - 5)
 
 
 def line_scored(entry: dict[str, Any]) -> bool:
@@ -375,7 +404,12 @@ def main() -> None:
         kind_mark = "ok " if v["kind"] == entry.get("kind") else "BAD"
         print(f"{mark} {entry['name']:<{width}}  expected {entry['phase']:<15} got "
               f"{v['got']:<15} {line:<8}  {v['where'] or ''}")
-        print(f"    {' ' * width}  shares {v.get('shares')}  reason: {v['reason']}")
+        sm = v.get("sm_share")
+        print(f"    {' ' * width}  shares {v.get('shares')}  reason: {v['reason']}"
+              + (f"  (SM share {sm:.0f}%)" if sm is not None else ""))
+        if near_threshold(entry, sm):
+            print(f"    {' ' * width}  CALIBRATION: its SM share is near low_sm_share, where "
+                  "windows open: its verdict moves with this host's CPU load (no_stack)")
         print(f"    {' ' * width}  kind {kind_mark} expected {entry.get('kind')} got {v['kind']}"
               f": {'; '.join(v['kind_evidence'])}")
         if v["sigterm"]:

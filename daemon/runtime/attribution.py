@@ -217,6 +217,12 @@ class Attribution:
         # dip whose ticks were 2.999 s apart (half the demo's 4-s checkpoint stalls).
         ticks = max(1, math.ceil(config.min_window / interval_s - 1e-9))
         self._window_after_s = (ticks - 0.5) * interval_s
+        # A process's next turn (a stack dump or a /proc sample) comes dump_interval after its
+        # last by the same grid: `ts - last >= dump_interval` made a tick 0.999 s after the
+        # last turn's wait one more tick, every other turn (a dump every 2 ticks of 1 s at
+        # dump_interval = 1 s, 2 or 3 ticks at the default 2 s).
+        turn_ticks = max(1, math.ceil(config.dump_interval / interval_s - 1e-9))
+        self._turn_after_s = (turn_ticks - 0.5) * interval_s
         self.idle_utilization_pct = idle_utilization_pct  # [idle].utilization: busy or not
         self.store = store
         self.sampler = sampler if sampler is not None else StackSampler(
@@ -531,8 +537,8 @@ class Attribution:
     def _turns(self, line: list[_InLine], ts: float, limit: int) -> list[_InLine]:
         """The first `limit` of `line` whose turn it is (none in the last dump_interval): in a
         line the longest unsampled first, those are its first ones."""
-        interval = self.config.dump_interval
-        return [entry for entry in line[:limit] if ts - entry[0] >= interval]
+        turn_after = self._turn_after_s
+        return [entry for entry in line[:limit] if ts - entry[0] >= turn_after]
 
     @staticmethod
     def _clocks_due(line: list[_InLine], taken: set[tuple[int, float]], per_tick: int
@@ -555,7 +561,7 @@ class Attribution:
     def _sample_from_proc(self, proc: ProcessSample, share: float, ts: float) -> None:
         """One /proc-only sample (no ptrace), at most one per dump_interval per process."""
         last = self._proc_sampled_at.get(proc.key)
-        if last is not None and ts - last < self.config.dump_interval:
+        if last is not None and ts - last < self._turn_after_s:
             return
         self._proc_sampled_at[proc.key] = ts
         try:
