@@ -24,7 +24,7 @@ class Jitter:
 
 class ClipFolder(Dataset):
     def __init__(self) -> None:
-        self.base = [float(i % 17) for i in range(24000)]
+        self.base = [float(i % 17) for i in range(6000)]
         self.transform = Jitter()
 
     def __len__(self) -> int:
@@ -42,7 +42,7 @@ def main() -> None:
         gpu.alloc(20 << 30)
         while True:
             for batch in loader:
-                gpu.kernel(0.02 + 0 * batch.numel(), sm=0.8)
+                gpu.kernel(0.03 + 0 * batch.numel(), sm=0.8)
 
 
 if __name__ == "__main__":

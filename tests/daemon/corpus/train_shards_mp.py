@@ -22,12 +22,12 @@ def hash_features(rows: int, rank: int) -> list[int]:
 
 def run_rank(rank: int, world: int, barrier) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    rows = 120000 * (6 if rank == world - 1 else 1)
+    rows = 40000 * (6 if rank == world - 1 else 1)
     with Device(gpu_index=GPUS[rank]) as gpu:
         gpu.alloc(20 << 30)
         while True:
             features = hash_features(rows, rank)
-            gpu.kernel(0.02 + 0 * len(features), sm=0.9)
+            gpu.kernel(0.05 + 0 * len(features), sm=0.9)
             barrier.wait()
 
 
