@@ -499,6 +499,7 @@ def _parse(data: dict[str, Any], source: str, default_name: str) -> Scenario:
     if not isinstance(raw_faults, list):
         raise check.fail("faults", raw_faults, "an array of tables ([[faults]])")
     faults = [_parse_fault(check, f, n, count) for n, f in enumerate(raw_faults)]
+    _check_faults_fire(check, faults)
 
     return Scenario(
         name=name, description=description, instance=instance, gpu=gpu,
@@ -558,6 +559,31 @@ def _parse_fault(check: _Checker, f: Any, n: int, gpu_count: int) -> Fault:
         key = "symbols" if "symbols" in f else "symbol"
         return Fault(kind, symbols=symbols(key, f.get(key)))
     return timed()
+
+
+def _check_faults_fire(check: _Checker, faults: list[Fault]) -> None:
+    """A fault that could never fire is refused, not run silently: one on a GPU's call that
+    NVML's clients never make (daemon.sim.nvml.why_a_fault_never_fires: a hang on
+    nvmlDeviceGetMemoryInfo, when they call nvmlDeviceGetMemoryInfo_v2), and an nvml_missing or
+    driver_mismatch that starts after the start (only nvmlInit looks at them, when a client
+    starts; mlcostd tries again only while it fails)."""
+    from daemon.sim.nvml import why_a_fault_never_fires
+
+    missing = frozenset(s for f in faults if f.kind == "missing_symbol" for s in f.symbols)
+    for n, f in enumerate(faults):
+        prefix = f"faults[{n}]."
+        if f.kind in ("nvml_missing", "driver_mismatch") and (f.at or f.at_tick):
+            key, value = ("at", f.at) if f.at else ("at_tick", f.at_tick)
+            raise check.fail(prefix + key, value, (
+                f"0: a {f.kind} from {key} = {value:g} never fires (only nvmlInit looks for "
+                "NVML, when a client starts, and mlcostd tries again only while it fails); for "
+                "NVML to come back, leave it out and end the fault with until or until_tick"))
+        calls = [("call", f.symbol)] if f.kind == "hang" and f.symbol else \
+            [("calls", s) for s in f.symbols] if f.kind in ("not_supported", "in_use") else []
+        for key, symbol in calls:
+            why = why_a_fault_never_fires(symbol, missing)
+            if why is not None:
+                raise check.fail(prefix + key, symbol, f"a call that fires: {why}")
 
 
 # -- the host description readers use -----------------------------------------------------------

@@ -166,6 +166,46 @@ def test_bad_scenarios_name_the_key(text, key):
     assert key in str(e.value) and "not valid" in str(e.value)
 
 
+ONE_GPU = BASE + '[gpu]\nmodel = "NVIDIA A10G"\ncount = 1\n[[faults]]\n'
+
+
+@pytest.mark.parametrize(("fault", "key", "said"), [
+    # mlcostd calls the newest version of a call: the fault on the older one never fired
+    ('kind = "hang"\ngpu = 0\ncall = "nvmlDeviceGetMemoryInfo"\nseconds = 2\n', "faults[0].call",
+     "did you mean nvmlDeviceGetMemoryInfo_v2?"),
+    ('kind = "hang"\ngpu = 0\ncall = "nvmlDeviceGetComputeRunningProcesses"\nseconds = 2\n',
+     "faults[0].call", "did you mean nvmlDeviceGetComputeRunningProcesses_v3?"),
+    ('kind = "not_supported"\ncalls = ["nvmlDeviceGetPowerUsage", "nvmlDeviceGetHandleByIndex"]\n',
+     "faults[0].calls", "did you mean nvmlDeviceGetHandleByIndex_v2?"),
+    # a name the library does not have, or a call that is on no GPU
+    ('kind = "in_use"\ncalls = ["nvmlDeviceGetPowerUsag"]\n', "faults[0].calls",
+     "no nvmlDeviceGetPowerUsag: did you mean nvmlDeviceGetPowerUsage?"),
+    ('kind = "hang"\ngpu = 0\ncall = "nvmlSystemGetDriverVersion"\nseconds = 2\n',
+     "faults[0].call", "no call on one GPU"),
+    # only nvmlInit looks for the library, when a client starts: a later start never fires
+    ('kind = "nvml_missing"\nat_tick = 20\n', "faults[0].at_tick", "until_tick"),
+    ('kind = "driver_mismatch"\nat = 5.0\nuntil = 9.0\n', "faults[0].at", "nvmlInit"),
+])
+def test_a_fault_that_could_never_fire_is_refused_saying_what_would(fault, key, said):
+    """Probe 142 L7: these loaded and ran without ever firing (the simulated library replaces
+    NVML only: its scenario loading knows which of its calls are made)."""
+    with pytest.raises(scenario.ScenarioError) as e:
+        scenario.loads(ONE_GPU + fault)
+    assert e.value.key == key and said in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("fault", [
+    # an older call fires where the scenario takes the newer ones away (mlcostd falls back)
+    'kind = "hang"\ngpu = 0\ncall = "nvmlDeviceGetMemoryInfo"\nseconds = 2\n[[faults]]\n'
+    'kind = "missing_symbol"\nsymbol = "nvmlDeviceGetMemoryInfo_v2"\n',
+    'kind = "hang"\ngpu = 0\ncall = "nvmlDeviceGetHandleByIndex_v2"\nseconds = 2\n',
+    'kind = "nvml_missing"\nuntil_tick = 3\n', 'kind = "driver_mismatch"\nuntil = 4.0\n',
+    'kind = "in_use"\ncalls = ["nvmlGpmSampleGet"]\nat_tick = 2\n',
+])
+def test_a_fault_that_fires_loads(fault):
+    assert scenario.loads(ONE_GPU + fault).faults
+
+
 def test_a_scenario_path_that_is_no_toml_file_is_refused_not_waited_on(tmp_path):
     fifo = tmp_path / "host.toml"
     os.mkfifo(fifo)  # no writer: an open that waits for one never returns
