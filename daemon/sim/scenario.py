@@ -799,7 +799,7 @@ def remove_stale_state_dirs(folder: str | os.PathLike[str] | None = None) -> lis
     after the folder last changed: the pid is another's). Another running simulation's folder,
     another user's, one asked to be kept (`--keep`) and one of a name from before the pid was in
     it are left alone. Returns the folders removed."""
-    removed = []
+    removed: list[Path] = []
     base = Path(folder if folder is not None else tempfile.gettempdir())
     try:
         names = [n for n in os.listdir(base) if n.startswith(STATE_DIR_PREFIX)]
