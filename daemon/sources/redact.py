@@ -39,7 +39,8 @@ What is hidden:
 - credentials in URLs (`https://user:pw@host`), signature and key query parameters (Azure SAS
   `sig=`, `X-Amz-Signature=`, `X-Goog-Signature=`, `key=`), connection-string keys (Azure
   `AccountKey=`, `SharedAccessKey=`, `Password=`, ODBC `Pwd=`);
-- bearer and basic authorization values;
+- bearer and basic authorization values (in an argv also where the scheme is an argument of its
+  own: `Authorization: Bearer TOKEN` unquoted, `--auth Bearer TOKEN`);
 - tokens recognised by their shape alone: JWTs, GitHub (`ghp_`, `gho_`, ..., `github_pat_`),
   GitLab (`glpat-` and kin), Slack (`xoxb-`, `xapp-`, webhook URLs), Hugging Face (`hf_`,
   `api_org_`), OpenAI-style `sk-` (and Anthropic `sk-ant-`), Stripe, npm, PyPI, AWS access key
@@ -104,6 +105,9 @@ CARRIER_WORDS = frozenset({
 })
 # Bare argv words that announce a secret as the next argument (`vault login token X`).
 SECRET_ANNOUNCERS = frozenset({"token", "password", "passwd", "passphrase", "secret", "apikey"})
+# An authorization's scheme: the credential is the word after it, also as an argument of its own
+# (`curl -H Authorization: Bearer TOKEN` unquoted, `--auth Bearer TOKEN`); the scheme is kept.
+AUTH_SCHEMES = frozenset({"bearer", "basic", "digest"})
 # Negated boolean flags (`--no-auth`) take no value.
 _NEGATION = re.compile(r"(?i)^(?:no|disable|skip|without)[-_]")
 
@@ -218,7 +222,12 @@ def redacted_words(argv: list[str] | tuple[str, ...]) -> list[str]:
         own = programs.word(word) if programs.program is not None or word in PROGRAM_OPTIONS \
             or "/" in word and word.rpartition("/")[2] in PROGRAM_OPTIONS else None  # (fast)
         if hide_next:
-            if word == "--":  # `--password -- VALUE`: the end of options, then the value
+            scheme = previous.lower() in AUTH_SCHEMES
+            if word == "--" and not scheme or word.lower() in AUTH_SCHEMES and not scheme \
+                    and index + 1 < len(argv):
+                # `--password -- VALUE`: the end of options, then the value; `Authorization:
+                # Bearer TOKEN`: the scheme, then the credential
+                previous = word
                 words.append(word)
                 continue
             hide_next = False
@@ -242,7 +251,9 @@ def redacted_words(argv: list[str] | tuple[str, ...]) -> list[str]:
             in_pem = True
             words.append(word[:begin.start()] + REDACTED + cut)
             continue
-        hide_next = (_is_secret_flag(word) or word == "-P" or word.lower() in SECRET_ANNOUNCERS
+        lower = word.lower()
+        hide_next = (_is_secret_flag(word) or word == "-P" or lower in SECRET_ANNOUNCERS
+                     or lower in AUTH_SCHEMES
                      # `--api-key= VALUE`, `PASSWORD: VALUE`: the name and its sign, alone
                      or len(word) > 1 and word[-1] in "=:" and is_secret_name(word[:-1]))
         previous = word
@@ -735,7 +746,8 @@ def _flag_values(text: str) -> str:
         flag = parts[i - 2] if i >= 2 else ""
         if flag == "--" and i >= 4 and _is_secret_flag(parts[i - 4]):
             flag = parts[i - 4]  # `--password -- VALUE`: the end of options, then the value
-        if word and word != "--" and (
+        if word and word != "--" and not (word.lower() in AUTH_SCHEMES and parts[i + 2:i + 3]
+                                          != [""] and i + 2 < len(parts)) and (
                 _is_secret_flag(flag) or flag == "-P" and not _is_port(word)):
             parts[i] = _hide(word, before)
         else:
