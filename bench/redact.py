@@ -57,6 +57,8 @@ def long_arguments(size: int) -> dict[str, str]:
         "spaced words": "lr=3e-4 https://host/path?x=1 " * (size // 30),
         # a program's password options in a shell's -c text: every word is looked at
         "curl -u words": ("curl -fsSLubob:pw -u 'a b:c d' " * (size // 30))[:size],
+        # hidden values that end in closing punctuation: what before them opened is looked at
+        "closing marks": ("f(token=a, b) $(curl -u b:c); (x --api-key k) " * (size // 46))[:size],
     }
 
 

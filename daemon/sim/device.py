@@ -84,10 +84,10 @@ class Device:
         allow_any_tracer()
 
         attach_dir = Path(state_dir) / state.ATTACH_DIR
-        attach_dir.mkdir(exist_ok=True)
+        attach_dir.mkdir(mode=0o700, exist_ok=True)
         self.path = attach_dir / state.attach_file_name(gpu_index, self.pid)
         tmp = self.path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # held until close or death: readers test it
             os.ftruncate(fd, state.RECORD_SIZE)

@@ -17,9 +17,11 @@ by every call within SNAPSHOT_TTL_NS.
 from __future__ import annotations
 
 import ctypes
+import difflib
 import fcntl
 import mmap
 import os
+import re
 import struct
 import threading
 import time
@@ -79,6 +81,35 @@ def _per_device(name: str) -> bool:
     return (name.startswith("nvmlDevice") and name not in _NOT_PER_DEVICE) or name in (
         "nvmlGpmQueryDeviceSupport", "nvmlGpmSampleGet",
     )
+
+
+_VERSIONED = re.compile(r"(?P<base>.+?)(?:_v(?P<version>[0-9]+))?")
+
+
+def why_a_fault_never_fires(name: str, missing: frozenset[str] = frozenset()) -> str | None:
+    """Why a fault on the GPU's call `name` (hang, not_supported, in_use) would never fire, or
+    None: the simulated library has no such symbol, it is not a call on one GPU (the device
+    faults are looked at there, and in nvmlDeviceGetHandleByIndex_v2), or a newer version of it
+    is there (not in `missing`, the scenario's missing_symbol faults): mlcostd calls the newest
+    (nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGetComputeRunningProcesses_v3), and an older one only
+    where the newer ones are missing."""
+    symbols = sorted(n for n in vars(_Symbols) if n.startswith("nvml"))
+    if name not in symbols:
+        near = difflib.get_close_matches(name, symbols, n=1)
+        return (f"the simulated NVML library has no {name}"
+                + (f": did you mean {near[0]}?" if near else ""))
+    match = _VERSIONED.fullmatch(name)
+    assert match is not None  # (every name matches)
+    base, version = match.group("base"), int(match.group("version") or 1)
+    newer = [n for n in symbols if n not in missing and (m := _VERSIONED.fullmatch(n))
+             and m.group("base") == base and int(m.group("version") or 1) > version]
+    if newer:
+        newest = max(newer, key=lambda n: int(n.rpartition("_v")[2]))
+        return (f"mlcostd calls {newest} (the newest version the library has), never "
+                f"{name}: did you mean {newest}?")
+    if not _per_device(name) and name != "nvmlDeviceGetHandleByIndex_v2":
+        return f"{name} is no call on one GPU (a GPU's faults are looked at in those)"
+    return None
 
 
 class _Attachment:

@@ -32,6 +32,7 @@ import pkgutil
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -499,6 +500,7 @@ def _parse(data: dict[str, Any], source: str, default_name: str) -> Scenario:
     if not isinstance(raw_faults, list):
         raise check.fail("faults", raw_faults, "an array of tables ([[faults]])")
     faults = [_parse_fault(check, f, n, count) for n, f in enumerate(raw_faults)]
+    _check_faults_fire(check, faults)
 
     return Scenario(
         name=name, description=description, instance=instance, gpu=gpu,
@@ -558,6 +560,31 @@ def _parse_fault(check: _Checker, f: Any, n: int, gpu_count: int) -> Fault:
         key = "symbols" if "symbols" in f else "symbol"
         return Fault(kind, symbols=symbols(key, f.get(key)))
     return timed()
+
+
+def _check_faults_fire(check: _Checker, faults: list[Fault]) -> None:
+    """A fault that could never fire is refused, not run silently: one on a GPU's call that
+    NVML's clients never make (daemon.sim.nvml.why_a_fault_never_fires: a hang on
+    nvmlDeviceGetMemoryInfo, when they call nvmlDeviceGetMemoryInfo_v2), and an nvml_missing or
+    driver_mismatch that starts after the start (only nvmlInit looks at them, when a client
+    starts; mlcostd tries again only while it fails)."""
+    from daemon.sim.nvml import why_a_fault_never_fires
+
+    missing = frozenset(s for f in faults if f.kind == "missing_symbol" for s in f.symbols)
+    for n, f in enumerate(faults):
+        prefix = f"faults[{n}]."
+        if f.kind in ("nvml_missing", "driver_mismatch") and (f.at or f.at_tick):
+            key, value = ("at", f.at) if f.at else ("at_tick", f.at_tick)
+            raise check.fail(prefix + key, value, (
+                f"0: a {f.kind} from {key} = {value:g} never fires (only nvmlInit looks for "
+                "NVML, when a client starts, and mlcostd tries again only while it fails); for "
+                "NVML to come back, leave it out and end the fault with until or until_tick"))
+        calls = [("call", f.symbol)] if f.kind == "hang" and f.symbol else \
+            [("calls", s) for s in f.symbols] if f.kind in ("not_supported", "in_use") else []
+        for key, symbol in calls:
+            why = why_a_fault_never_fires(symbol, missing)
+            if why is not None:
+                raise check.fail(prefix + key, symbol, f"a call that fires: {why}")
 
 
 # -- the host description readers use -----------------------------------------------------------
@@ -759,6 +786,56 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
+# A state dir start() makes: {tempdir}/mlcost-sim-{scenario}-{pid of its maker}-{random}, and
+# the file in it that says to keep it.
+STATE_DIR_PREFIX = "mlcost-sim-"
+KEEP_FILE = "keep"
+
+
+def remove_stale_state_dirs(folder: str | os.PathLike[str] | None = None) -> list[Path]:
+    """Remove the state dirs that start() made in `folder` (the temp dir) for a process that is
+    gone without removing it (kill -9 of a daemon that ran a simulation): those of this user,
+    whose name holds the pid of their maker and no process has it now (or one that started
+    after the folder last changed: the pid is another's). Another running simulation's folder,
+    another user's, one asked to be kept (`--keep`) and one of a name from before the pid was in
+    it are left alone. Returns the folders removed."""
+    removed: list[Path] = []
+    base = Path(folder if folder is not None else tempfile.gettempdir())
+    try:
+        names = [n for n in os.listdir(base) if n.startswith(STATE_DIR_PREFIX)]
+    except OSError:
+        return removed
+    for name in names:
+        pid = name.rsplit("-", 2)[-2] if name.count("-") >= 4 else ""
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        path = base / name
+        try:
+            info = os.lstat(path)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() \
+                    or os.path.lexists(path / KEEP_FILE):
+                continue
+            if _alive_since(int(pid), info.st_mtime):
+                continue
+            shutil.rmtree(path)
+        except OSError:
+            continue  # (gone meanwhile, or not ours to remove)
+        removed.append(path)
+    return removed
+
+
+def _alive_since(pid: int, changed: float) -> bool:
+    """Whether process `pid` is running and started before `changed` (a folder it made last
+    changed then): not a later process given the same pid."""
+    try:
+        started = psutil.Process(pid).create_time()
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True  # (there, but not ours to look at: left alone)
+    return started <= changed + 1.0  # (create_time is rounded to the clock's tick)
+
+
 def start(
     sc: Scenario,
     state_dir: str | os.PathLike[str] | None = None,
@@ -772,13 +849,18 @@ def start(
     keep: leave the state dir in place on stop(). wait: seconds to wait for the workloads to
     attach to their GPUs (0: return at once; see Running.wait_ready).
     """
+    remove_stale_state_dirs()
     if state_dir is None:
-        path, owns = Path(tempfile.mkdtemp(prefix=f"mlcost-sim-{sc.name}-")), True
+        # (0700; the name says whose it is: remove_stale_state_dirs)
+        path = Path(tempfile.mkdtemp(prefix=f"{STATE_DIR_PREFIX}{sc.name}-{os.getpid()}-"))
+        owns = True
+        if keep:  # `python -m daemon.sim --keep`: kept when it stops, and if it is killed
+            os.close(os.open(path / KEEP_FILE, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
     else:
         path = Path(state_dir)
         owns = not path.exists()
-        path.mkdir(parents=True, exist_ok=True)
-    (path / state.ATTACH_DIR).mkdir(exist_ok=True)
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (path / state.ATTACH_DIR).mkdir(mode=0o700, exist_ok=True)
     running = Running(sc, path, owns, keep)  # its clock exists before any reader finds the host
     host = host_description(sc, time.time())
     state.write_host(path, host)
@@ -790,7 +872,8 @@ def start(
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     try:
-        with open(path / state.LOG_FILE, "ab") as log:
+        with open(os.open(path / state.LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND
+                          | os.O_CLOEXEC, 0o600), "ab") as log:
             for w in sc.workloads:
                 env["MLCOST_SIM_GPUS"] = ",".join(map(str, w.gpus))
                 proc = subprocess.Popen(

@@ -59,7 +59,7 @@ class TickClock:
         flags = os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY
         self._mm: mmap.mmap | None = None
         try:
-            fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except FileNotFoundError:
             return
         try:
@@ -111,5 +111,8 @@ def write_host(state_dir: str | os.PathLike[str], host: dict[str, Any]) -> None:
     """Write host.json atomically, so a reader never sees half of it."""
     path = Path(state_dir) / HOST_FILE
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(host, indent=2, sort_keys=True), encoding="utf-8")
+    # 0600 (nothing in a state dir is for another user to read), whatever the umask
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with open(fd, "w", encoding="utf-8") as f:
+        f.write(json.dumps(host, indent=2, sort_keys=True))
     os.replace(tmp, path)

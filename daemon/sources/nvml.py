@@ -161,8 +161,15 @@ class _Reader:
     """One reader thread and the GPUs it reads, in turn. `indices` is replaced, never mutated,
     under the source's lock (a hung GPU's reader is left with that GPU alone)."""
 
-    def __init__(self, indices: list[int]) -> None:
+    def __init__(self, indices: list[int], devices: dict[int, _Device | None] | None = None
+                 ) -> None:
         self.indices = indices
+        # Each GPU's opened device (None: to open), used by the reader's thread; a GPU handed
+        # to a new reader (_isolate, under the lock: the thread reads it no more) goes with its
+        # device: opened once (its facts read, what it does not support remembered and said
+        # once), not again by each reader it comes to (probe 142 L7: "GPU 1:
+        # nvmlDeviceGetPowerUsage is not supported" logged again a second later)
+        self.devices: dict[int, _Device | None] = devices if devices is not None else {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -604,9 +611,11 @@ class NvmlSource:
 
     # -- one GPU ---------------------------------------------------------------------------
 
-    def _start_reader(self, indices: list[int]) -> None:
-        """A reader thread for `indices`; the caller holds `_lock`."""
-        reader = _Reader(indices)
+    def _start_reader(self, indices: list[int],
+                      devices: dict[int, _Device | None] | None = None) -> None:
+        """A reader thread for `indices` (with their `devices` where they have them); the
+        caller holds `_lock`."""
+        reader = _Reader(indices, devices)
         self._readers.append(reader)
         thread = threading.Thread(target=self._read_gpus, args=(reader,),
                                   name=f"nvml-reader{len(self._readers) - 1}", daemon=True)
@@ -616,7 +625,7 @@ class NvmlSource:
     def _read_gpus(self, reader: _Reader) -> None:
         """Read each of the reader's GPUs when it is due: every interval, a little before the
         tick, or on its own backoff while it fails."""
-        devices: dict[int, _Device | None] = {}
+        devices = reader.devices
         while not self._stop.is_set():
             now = time.monotonic()
             for index in reader.indices:
@@ -709,7 +718,9 @@ class NvmlSource:
                 return
             others = [i for i in reader.indices if i != index]
             reader.indices = [index]
-            self._start_reader(others)
+            # (the stuck thread reads none of them again: it looks at its indices first)
+            self._start_reader(others, {i: reader.devices.pop(i) for i in others
+                                        if i in reader.devices})
         log.warning("GPU %d: %s has not answered for %.1f s; the other GPUs it shared a "
                     "reader with (%s) are read by a new thread", index, in_flight[0],
                     time.monotonic() - in_flight[1], ", ".join(map(str, others)))

@@ -39,7 +39,8 @@ What is hidden:
 - credentials in URLs (`https://user:pw@host`), signature and key query parameters (Azure SAS
   `sig=`, `X-Amz-Signature=`, `X-Goog-Signature=`, `key=`), connection-string keys (Azure
   `AccountKey=`, `SharedAccessKey=`, `Password=`, ODBC `Pwd=`);
-- bearer and basic authorization values;
+- bearer and basic authorization values (in an argv also where the scheme is an argument of its
+  own: `Authorization: Bearer TOKEN` unquoted, `--auth Bearer TOKEN`);
 - tokens recognised by their shape alone: JWTs, GitHub (`ghp_`, `gho_`, ..., `github_pat_`),
   GitLab (`glpat-` and kin), Slack (`xoxb-`, `xapp-`, webhook URLs), Hugging Face (`hf_`,
   `api_org_`), OpenAI-style `sk-` (and Anthropic `sk-ant-`), Stripe, npm, PyPI, AWS access key
@@ -77,7 +78,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from daemon.sources.safe_text import REDACTED as REDACTED  # (re-exported: the hidden marker)
@@ -104,6 +105,9 @@ CARRIER_WORDS = frozenset({
 })
 # Bare argv words that announce a secret as the next argument (`vault login token X`).
 SECRET_ANNOUNCERS = frozenset({"token", "password", "passwd", "passphrase", "secret", "apikey"})
+# An authorization's scheme: the credential is the word after it, also as an argument of its own
+# (`curl -H Authorization: Bearer TOKEN` unquoted, `--auth Bearer TOKEN`); the scheme is kept.
+AUTH_SCHEMES = frozenset({"bearer", "basic", "digest"})
 # Negated boolean flags (`--no-auth`) take no value.
 _NEGATION = re.compile(r"(?i)^(?:no|disable|skip|without)[-_]")
 
@@ -218,7 +222,12 @@ def redacted_words(argv: list[str] | tuple[str, ...]) -> list[str]:
         own = programs.word(word) if programs.program is not None or word in PROGRAM_OPTIONS \
             or "/" in word and word.rpartition("/")[2] in PROGRAM_OPTIONS else None  # (fast)
         if hide_next:
-            if word == "--":  # `--password -- VALUE`: the end of options, then the value
+            scheme = previous.lower() in AUTH_SCHEMES
+            if word == "--" and not scheme or word.lower() in AUTH_SCHEMES and not scheme \
+                    and index + 1 < len(argv):
+                # `--password -- VALUE`: the end of options, then the value; `Authorization:
+                # Bearer TOKEN`: the scheme, then the credential
+                previous = word
                 words.append(word)
                 continue
             hide_next = False
@@ -242,7 +251,9 @@ def redacted_words(argv: list[str] | tuple[str, ...]) -> list[str]:
             in_pem = True
             words.append(word[:begin.start()] + REDACTED + cut)
             continue
-        hide_next = (_is_secret_flag(word) or word == "-P" or word.lower() in SECRET_ANNOUNCERS
+        lower = word.lower()
+        hide_next = (_is_secret_flag(word) or word == "-P" or lower in SECRET_ANNOUNCERS
+                     or lower in AUTH_SCHEMES
                      # `--api-key= VALUE`, `PASSWORD: VALUE`: the name and its sign, alone
                      or len(word) > 1 and word[-1] in "=:" and is_secret_name(word[:-1]))
         previous = word
@@ -251,9 +262,13 @@ def redacted_words(argv: list[str] | tuple[str, ...]) -> list[str]:
 
 
 # What of a program's option's value is secret: all of it (`sshpass -p PASSWORD`), what follows
-# its first `:` (`curl -u user:PASSWORD`; without one curl asks for the password), or all of it
-# when it holds a `=` (`curl -b name=VALUE`; without one it names a file).
-_WHOLE, _AFTER_COLON, _WITH_EQUALS = "whole", "after colon", "with equals"
+# its first `:`, `%` or `,` (`curl -u user:PASSWORD`, `smbclient -U user%PASSWORD`, `lftp -u
+# user,PASSWORD`; without one the program asks for the password), all of it when it holds a `=`
+# (`curl -b name=VALUE`; without one it names a file), or all of it unless it is an option or a
+# MongoDB URI (`mongosh -p` with no value asks for the password: `mongosh -u alice -p
+# --quiet`, `mongosh -u alice -p mongodb://db/x`).
+_WHOLE, _WITH_EQUALS, _UNLESS_PROMPTED = "whole", "with equals", "whole unless prompted"
+_AFTER_COLON, _AFTER_PERCENT, _AFTER_COMMA = "after :", "after %", "after ,"
 
 
 class _Program(NamedTuple):
@@ -269,6 +284,13 @@ class _Program(NamedTuple):
 
 
 _REDIS = _Program({"-a": _WHOLE, "--pass": _WHOLE})
+# The MongoDB shells take the password after `-p` (mongosh asks for it when `-p` has no value:
+# the next word an option or the URI); their port is `--port`.
+_MONGO = _Program({"-p": _UNLESS_PROMPTED})
+# OpenLDAP's clients; the flags are those of any of them that take no value (`-a`, `-r`, `-z`
+# take one in some: a word they start is then read as flags, and `-w` in it hides more).
+_LDAP = _Program({"-w": _WHOLE}, flags="AILMNQVWZacnrtuvxz")
+_SAMBA = _Program({"-U": _AFTER_PERCENT, "--user": _AFTER_PERCENT}, flags="BEINPegkq")
 # The program by its basename (`/usr/bin/curl`). Its options are looked for wherever it starts
 # a word: argv[0], after a wrapper (`env`, `sudo -u x`, `timeout 60`, `xargs`), inside a shell's
 # `-c` text or a stored command line. Their value comes next, glued (`-ubob:pw`, `-ahunter2`) or
@@ -282,6 +304,19 @@ PROGRAM_OPTIONS: Mapping[str, _Program] = {
     "sshpass": _Program({"-p": _WHOLE}, valued=frozenset({"-f", "-d", "-p", "-P"})),
     "redis-cli": _REDIS,
     "keydb-cli": _REDIS,  # redis-cli's fork
+    # `-p PASSWORD` (the port is `--port`); `--password` is a secret-looking name for every
+    # program (hidden even when its value starts with `-`)
+    "mongosh": _MONGO,
+    "mongo": _MONGO,  # the shell before mongosh
+    # OpenLDAP: `-w PASSWORD` (`-W` asks, `-y FILE` names a file), after flags (`-xw PASSWORD`)
+    **dict.fromkeys(("ldapsearch", "ldapmodify", "ldapadd", "ldapdelete", "ldapwhoami",
+                     "ldapcompare", "ldapmodrdn", "ldapexop"), _LDAP),
+    # and the old (`-a`) and new (`-s`) password of the entry it changes
+    "ldappasswd": _Program({"-w": _WHOLE, "-a": _WHOLE, "-s": _WHOLE}, flags="AINQSVWZnvx"),
+    "lftp": _Program({"-u": _AFTER_COMMA, "--user": _AFTER_COMMA}, flags="d"),
+    # Samba's clients: `-U [DOMAIN\\]user%PASSWORD`, `--user=user%PASSWORD`
+    **dict.fromkeys(("smbclient", "rpcclient", "smbcacls", "smbcquotas", "smbtree", "net"),
+                    _SAMBA),
 }
 _QUOTES = "'\""
 _SEPARATORS = frozenset({"|", "||", "&&", ";", "&", "|&"})
@@ -294,7 +329,7 @@ class _ProgramOptions:
     quotes with spaces is hidden to its closing quote, and a program's options end with its
     command (`|`, `;`, `&&`, a new line)."""
 
-    __slots__ = ("in_text", "program", "pending", "skip", "open_quote")
+    __slots__ = ("in_text", "program", "pending", "skip", "open_quote", "before")
 
     def __init__(self, in_text: bool) -> None:
         self.in_text = in_text
@@ -302,19 +337,28 @@ class _ProgramOptions:
         self.pending: str | None = None  # what of the next word is secret
         self.skip = False  # the next word is the value of an option that is no secret
         self.open_quote = ""  # the quote a hidden value opened, hidden to where it closes
+        # In a text: the text before the word (a callable, asked only when a hidden value ends
+        # in closing punctuation: `$(curl -u bob:pw)` keeps its `)`).
+        self.before: Callable[[], str] = str
 
     def word(self, word: str) -> str | None:
         """The word with its secret hidden, or None: not an option's value (nor an option
         with its value glued): redact it as any other word."""
         if self.open_quote:
-            if self.open_quote not in word:
+            quote = self.open_quote
+            if quote not in word:
                 return ""
-            rest = word[word.index(self.open_quote) + 1:]
+            rest = word[word.index(quote) + 1:]
             self.open_quote = ""
-            return rest
+            closing = _closing(self.before, rest) if rest and rest[-1] in _CLOSING else 0
+            # what follows the closing quote in the same word is the secret's too (`'a b'c`),
+            # but for the quotes it sits in and closing punctuation (`$(curl -u 'bob:a b')`)
+            return quote if rest[:len(rest) - closing].strip(_QUOTES) else rest
         if self.pending is not None:
             kind, self.pending = self.pending, None
-            return self._hidden(word, kind)
+            if kind != _UNLESS_PROMPTED or not _prompts(word.lstrip(_QUOTES)):
+                return self._hidden(word, kind)
+            # `mongosh -p --quiet`: -p had no value (mongosh asks); the word is read as any other
         if self.skip:
             self.skip = False
             return None
@@ -325,7 +369,8 @@ class _ProgramOptions:
                 if at >= len(core):
                     self.pending = secret
                     return None
-                return word[:len(word) - len(core) + at] + self._hidden(core[at:], secret)
+                head = word[:len(word) - len(core) + at]
+                return head + self._hidden(core[at:], secret, head)
             self.skip = program.valued is not None and core in program.valued
             return None
         if program is not None and program.valued is not None:
@@ -342,26 +387,44 @@ class _ProgramOptions:
     def end_of_command(self) -> None:
         self.program, self.pending, self.skip = None, None, False
 
-    def _hidden(self, value: str, kind: str) -> str:
+    def _hidden(self, value: str, kind: str, head: str = "") -> str:
+        """`value` (a word, or what follows its option, `head`, in it) with what `kind` says
+        is secret hidden."""
         lead = trail = ""
         if self.in_text and value and value[0] in _QUOTES:
             lead, value = value[0], value[1:]
             close = value.find(lead)
             if close < 0:  # `--user 'bob:two words'`: hidden to the closing quote
                 self.open_quote = trail = lead
-            else:  # what follows the closing quote is the quote or quotes it sits in
+            else:  # what follows the closing quote is the quote or quotes it sits in, and
+                # the closing punctuation after them (`$(curl -u 'bob:pw')`)
                 after = value[close:]
-                value, trail = value[:close], after if not after.strip(_QUOTES) else lead
-        elif self.in_text and value and value[-1] in _QUOTES:
-            value, trail = value[:-1], value[-1]  # the quote around the whole command
-        if kind == _AFTER_COLON:
-            colon = value.find(":")
-            if colon < 0:
+                closing = _closing(lambda: self.before() + head + lead, after) if after[-1] \
+                    in _CLOSING else 0
+                value, trail = value[:close], after if not after[:len(after) - closing].strip(
+                    _QUOTES) else lead
+        elif self.in_text and value:
+            if value[-1] in _QUOTES:
+                value, trail = value[:-1], value[-1]  # the quote around the whole command
+            if value and value[-1] in _CLOSING:  # `$(curl -u bob:pw)`, `f(-p pw)`
+                closing = _closing(lambda: self.before() + head, value)
+                value, trail = value[:len(value) - closing], value[len(value) - closing:] + trail
+        if kind.startswith("after "):
+            at = value.find(kind[-1])
+            if at < 0:
                 return lead + value + trail
-            return lead + value[:colon + 1] + REDACTED + trail
-        if not value or kind == _WITH_EQUALS and "=" not in value:
+            return lead + value[:at + 1] + REDACTED + trail
+        if kind == _WITH_EQUALS and "=" not in value or not value and (self.in_text or lead):
             return lead + value + trail
+        # (an empty argument too: `-a ''` joined into a line reads `-a  next`, whose next word a
+        # second pass would take for the value)
         return lead + REDACTED + trail
+
+
+def _prompts(word: str) -> bool:
+    """Whether the word after `mongosh -p` is no password (mongosh asks for it): an option,
+    or the connection string."""
+    return word.startswith(("-", "mongodb://", "mongodb+srv://"))
 
 
 def _secret_option(program: _Program, word: str) -> tuple[str | None, int]:
@@ -391,6 +454,8 @@ def _program_values(text: str) -> str:
         return text
     parts = re.split(r"(\s+)", text)  # words at even indices, the spaces between at odd
     programs = _ProgramOptions(in_text=True)
+    at = 0  # where parts[i] starts in `text`
+    programs.before = lambda: text[max(0, at - _CLOSING_WINDOW):at]
     for i in range(0, len(parts), 2):
         if i and "\n" in parts[i - 1] and not programs.open_quote:
             programs.end_of_command()
@@ -400,7 +465,45 @@ def _program_values(text: str) -> str:
             parts[i] = hidden
         if word and (word in _SEPARATORS or word[-1] in ";|&") and not programs.open_quote:
             programs.end_of_command()
+        at += len(word) + (len(parts[i + 1]) if i + 1 < len(parts) else 0)
     return "".join(parts)
+
+
+# Closing punctuation after a hidden value, in a text: `$(curl -u bob:pw)`, `login(password=x)`,
+# `f(token=abc, url=...)`. Kept where it closes what opened before the value (and is not part of
+# the secret): within the last _CLOSING_WINDOW characters before it.
+_CLOSING = ")]},;"
+_CLOSERS = {")": "(", "]": "[", "}": "{"}
+_CLOSING_WINDOW = 256
+
+
+def _closing(before: Callable[[], str], value: str) -> int:
+    """How many of `value`'s last characters are closing punctuation that is not part of the
+    secret (the value hidden in a text, `before()` the text before it): a `)`, `]` or `}` that
+    closes an opener before the value (the value itself balanced without it), a `,` or `;`
+    inside an opener (`f(token=abc, x)`), and any of them after a value already hidden (a
+    second pass: `login(password=<redacted>)` stays as it is)."""
+    rest = value.rstrip(_CLOSING)
+    if rest.endswith(REDACTED):
+        return len(value) - len(rest)
+    window = before()[-_CLOSING_WINDOW:]
+    unclosed: dict[str, int] = {}
+    end = len(value)
+    while end > len(rest):
+        mark = value[end - 1]
+        opener = _CLOSERS.get(mark)
+        if opener is None:  # `,` `;`: inside a call, a list, a `$(...)`
+            if not any(window.count(o) > window.count(c) for c, o in _CLOSERS.items()):
+                break
+        else:
+            inside = value[:end - 1]
+            if mark not in unclosed:
+                unclosed[mark] = window.count(opener) - window.count(mark)
+            if unclosed[mark] <= 0 or inside.count(opener) != inside.count(mark):
+                break
+            unclosed[mark] -= 1
+        end -= 1
+    return len(value) - end
 
 
 def _cut(word: str) -> tuple[str, str]:
@@ -419,14 +522,24 @@ def _is_port(value: str) -> bool:
     return len(value) <= 5 and value.isascii() and value.isdigit() and 0 < int(value) <= 65535
 
 
-def _glued_password(word: str) -> str:
+def _glued_password(word: str, before: Callable[[], str] = str) -> str:
     """`-pSECRET` (mysql: the password glued to -p) and `-PSECRET` (sqlcmd, bcp) hidden;
-    `-P3306` is a port."""
+    `-P3306` is a port. In a text, the closing punctuation after it (`$(mysql -pSECRET)`) stays
+    (`before`: the text before the word)."""
     if len(word) > 2 and word[0] == "-" and word[1] in "pP" and word[2] != "-":
         if word[1] == "P" and _is_port(word[2:]):
             return word
-        return word[:2] + REDACTED
+        return word[:2] + _hide(word[2:], lambda: before() + word[:2])
     return word
+
+
+def _hide(value: str, before: Callable[[], str]) -> str:
+    """<redacted> for a secret value found in a text, with the closing punctuation after it
+    that is not part of it (`_closing`; `before()`: the text before the value)."""
+    if not value or value[-1] not in _CLOSING:
+        return REDACTED
+    closing = _closing(before, value)
+    return REDACTED + value[len(value) - closing:] if closing else REDACTED
 
 
 def _is_secret_flag(word: str) -> bool:
@@ -484,13 +597,33 @@ def redact_text(text: str) -> str:
     text = _PEM.sub(REDACTED, text)
     text = without_url_credentials(text)
     text = _SLACK_WEBHOOK.sub(lambda m: m.group(1) + REDACTED, text)
-    text = _PARAMETER.sub(lambda m: m.group("key") + REDACTED, text)
+    text = _PARAMETER.sub(_parameter, text)
     text = _QUOTED_PAIR.sub(_quoted_pair, text)
     text = _assignments(text)
     text = _flag_values(text)
     text = _program_values(text)
-    text = _AUTHORIZATION.sub(lambda m: m.group("scheme") + m.group("space") + REDACTED, text)
+    text = _AUTHORIZATION.sub(_authorization, text)
     return _TOKENS.sub(REDACTED, text)
+
+
+def _parameter(match: re.Match[str]) -> str:
+    return match.group("key") + _hide(match.group("value"), lambda: _window(match))
+
+
+def _authorization(match: re.Match[str]) -> str:
+    value = match.group(0)[match.end("space") - match.start():]
+    return match.group("scheme") + match.group("space") + _hide(value, lambda: _window(match))
+
+
+def _before(text: str, at: int) -> str:
+    """What `_closing` looks at before text[at]."""
+    return text[max(0, at - _CLOSING_WINDOW):at]
+
+
+def _window(match: re.Match[str]) -> str:
+    """What `_closing` looks at before a match's value."""
+    start = match.start()
+    return match.string[max(0, start - _CLOSING_WINDOW):start]
 
 
 # The longest command line the daemon writes (redacted_words: COMMAND_LIMIT, then a last
@@ -582,7 +715,12 @@ def _assignments(text: str) -> str:
             value = _VALUE.match(text, value_at)
             end = value.end() if value is not None else value_at
             out.append(text[done:value_at])
-            out.append(REDACTED)
+            hidden = text[value_at:end]
+            if hidden and hidden[0] in _QUOTES:  # `login(password='x')`: the quotes stay
+                closed = len(hidden) > 1 and hidden[-1] == hidden[0]
+                out.append(hidden[0] + REDACTED + (hidden[0] if closed else ""))
+            else:  # `login(password=x)`, `f(token=x, y)`: the closing punctuation stays
+                out.append(_hide(hidden, functools.partial(_before, text, value_at)))
             done = at = end
         else:
             at = value_at
@@ -601,12 +739,20 @@ def _flag_values(text: str) -> str:
     if "-" not in text:
         return text
     parts = re.split(r"(\s+)", text)  # words at even indices, the spaces between at odd
+    at = 0  # where parts[i] starts in `text` (what `_closing` looks at before a value)
+    before = lambda: text[max(0, at - _CLOSING_WINDOW):at]  # noqa: E731 (reads `at` then)
     for i in range(0, len(parts), 2):
+        word = parts[i]
         flag = parts[i - 2] if i >= 2 else ""
-        if parts[i] and (_is_secret_flag(flag) or flag == "-P" and not _is_port(parts[i])):
-            parts[i] = REDACTED
+        if flag == "--" and i >= 4 and _is_secret_flag(parts[i - 4]):
+            flag = parts[i - 4]  # `--password -- VALUE`: the end of options, then the value
+        if word and word != "--" and not (word.lower() in AUTH_SCHEMES and parts[i + 2:i + 3]
+                                          != [""] and i + 2 < len(parts)) and (
+                _is_secret_flag(flag) or flag == "-P" and not _is_port(word)):
+            parts[i] = _hide(word, before)
         else:
-            parts[i] = _glued_password(parts[i])
+            parts[i] = _glued_password(word, before)
+        at += len(word) + (len(parts[i + 1]) if i + 1 < len(parts) else 0)
     return "".join(parts)
 
 

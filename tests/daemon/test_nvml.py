@@ -159,6 +159,39 @@ at_tick = 1
     assert src._devices[1].in_flight is not None, "GPU 0 was read only once GPU 1's hang ended"
 
 
+def test_a_gpu_handed_to_a_new_reader_keeps_its_device_and_says_what_it_lacks_once(
+        sim_host, source, caplog):
+    """GPU 0's call hangs, so GPU 1 goes to a new reader thread: it was opened again there (its
+    facts read again, what it does not support forgotten), and "GPU 1: nvmlDeviceGetPowerUsage
+    is not supported" was logged twice, a second apart (probe 142 L7, the faults scenario)."""
+    running = sim_host(host_toml(gpus=2, faults="""
+[[faults]]
+kind = "hang"
+gpu = 0
+call = "nvmlDeviceGetUtilizationRates"
+seconds = 8.0
+at_tick = 1
+
+[[faults]]
+kind = "not_supported"
+gpu = 1
+calls = ["nvmlDeviceGetPowerUsage"]
+"""), init=False)
+    caplog.set_level("INFO", logger="daemon.sources.nvml")
+    src = source(interval=0.5)
+    readings(src, 2)
+    device = wait_until(lambda: src._devices.get(1))
+    running.set_tick(1)
+    # (the tick's view, latest(), is what sees a call past its deadline and hands GPU 1 on)
+    wait_until(lambda: src.latest() and "are read by a new thread" in caplog.text, timeout=6)
+    before = src.read_at(1)
+    wait_until(lambda: src.read_at(1) - before >= 0.9, timeout=10)  # read there, twice
+    said = [r.getMessage() for r in caplog.records if "is not supported" in r.getMessage()]
+    assert said == ["GPU 1: nvmlDeviceGetPowerUsage is not supported; shown as absent"], said
+    assert src._devices[1] is device  # the same device, not opened again
+    assert src.latest()[1][1].status == GPU_OK and src.latest()[1][1].power_watts is None
+
+
 @pytest.mark.parametrize("symbol, call, named", [
     ("nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex", False),  # its handle
     ("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo_v2", True),  # its total memory

@@ -95,6 +95,10 @@ PEM = ("-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEApemBodyLineOne\npemBody
     (["sshpass", "-p", "sshpassSecret", "ssh", "host"], "sshpassSecret"),
     (["redis-cli", "-a", "redisSecret"], "redisSecret"),  # probe 138
     (["/usr/bin/redis-cli", "-h", "db", "-a", "redisSecret2", "ping"], "redisSecret2"),
+    # an authorization's scheme and credential as arguments of their own (a header not quoted)
+    (["curl", "-H", "Authorization:", "Bearer", "splitBearerTok", "https://x"], "splitBearerTok"),
+    (["x", "--auth", "Bearer", "authFlagTok"], "authFlagTok"),
+    (["x", "Basic", "YWxhZGRpbjpvcGVuc2VzYW1l"], "YWxhZGRpbjpvcGVuc2VzYW1l"),
 ])
 def test_secrets_are_replaced(argv, secret):
     line = redact_argv(argv)
@@ -128,6 +132,13 @@ def test_pem_hides_only_the_block_and_the_arguments_after_it_survive():
 ])
 def test_secret_names(name, secret):
     assert is_secret_name(name) is secret
+
+
+def test_an_authorizations_scheme_stays_and_its_credential_goes_as_in_a_text():
+    argv = ["curl", "-H", "Authorization:", "Bearer", "tok123", "-u", "bob:pw", "https://x"]
+    shown = f"curl -H Authorization: Bearer {REDACTED} -u bob:{REDACTED} https://x"
+    assert redact_argv(argv) == shown == redact_text(" ".join(argv))
+    assert redact_argv(["x", "--password", "basic"]) == f"x --password {REDACTED}"
 
 
 def test_redaction_is_stable_when_applied_twice():

@@ -88,8 +88,65 @@ def test_a_programs_password_options_are_hidden_in_a_text(text, shown):
     assert redact_text(shown) == shown
 
 
+@pytest.mark.parametrize("argv, shown", [
+    # mongosh and mongo: -p is the password (the port is --port), separate or glued
+    (["mongosh", "-u", "alice", "-p", "mongoPw1", "--quiet"], f"mongosh -u alice -p {R} --quiet"),
+    (["mongosh", "mongodb://db/x", "--password", "mongoPw2"], f"mongosh mongodb://db/x --password {R}"),
+    (["mongosh", "--password=mongoPw3"], f"mongosh --password={R}"),
+    (["/usr/bin/mongo", "-u", "alice", "-pmongoPw4", "db/x"], f"/usr/bin/mongo -u alice -p{R} db/x"),
+    # with no value mongosh asks for the password: the next word is an option or the URI
+    (["mongosh", "-u", "alice", "-p", "--authenticationDatabase", "admin"],
+     "mongosh -u alice -p --authenticationDatabase admin"),
+    (["mongosh", "-u", "alice", "-p", "mongodb+srv://c.example.net/x"],
+     "mongosh -u alice -p mongodb+srv://c.example.net/x"),
+    (["mongosh", "-p", "-p", "mongoPw5"], f"mongosh -p -p {R}"),
+    # OpenLDAP's clients: -w, after flags too (-xw); -W asks, -y names a file
+    (["ldapsearch", "-x", "-D", "cn=admin", "-w", "ldapPw1", "-b", "dc=x"],
+     f"ldapsearch -x -D cn=admin -w {R} -b dc=x"),
+    (["ldapmodify", "-xw", "ldapPw2", "-f", "a.ldif"], f"ldapmodify -xw {R} -f a.ldif"),
+    (["ldapadd", "-xwldapPw3"], f"ldapadd -xw{R}"),
+    (["ldapdelete", "-ZZxw", "ldapPw4", "cn=x"], f"ldapdelete -ZZxw {R} cn=x"),
+    (["ldapwhoami", "-x", "-w", "ldapPw5"], f"ldapwhoami -x -w {R}"),
+    (["ldapsearch", "-x", "-W", "-y", "/run/ldap.pw"], "ldapsearch -x -W -y /run/ldap.pw"),
+    (["ldappasswd", "-x", "-w", "ldapPw6", "-a", "ldapOld", "-s", "ldapNew"],
+     f"ldappasswd -x -w {R} -a {R} -s {R}"),
+    # lftp: -u user,PASSWORD (-p is its port; without a comma it asks)
+    (["lftp", "-p", "2121", "-u", "bob,lftpPw1", "ftp.example.com"],
+     f"lftp -p 2121 -u bob,{R} ftp.example.com"),
+    (["lftp", "--user=bob,lftpPw2", "-u", "alice", "h"], f"lftp --user=bob,{R} -u alice h"),
+    # Samba: -U user%PASSWORD (a DOMAIN\\ before the user), --user=; only after the %
+    (["smbclient", "//srv/share", "-U", "bob%smbPw1"], f"smbclient //srv/share -U bob%{R}"),
+    (["smbclient", "-L", "srv", "--user=EXAMPLE\\bob%smbPw2"],
+     f"smbclient -L srv --user=EXAMPLE\\bob%{R}"),
+    (["smbclient", "//srv/s", "-NUbob%smbPw3"], f"smbclient //srv/s -NUbob%{R}"),
+    (["smbclient", "//srv/s", "-U", "bob", "-c", "ls"], "smbclient //srv/s -U bob -c ls"),
+    (["rpcclient", "-U", "bob%smbPw4", "srv"], f"rpcclient -U bob%{R} srv"),
+    # after wrappers, inside a shell's -c text, with the closing punctuation that follows
+    (["sudo", "-u", "ops", "timeout", "30", "mongosh", "-p", "mongoPw6"],
+     f"sudo -u ops timeout 30 mongosh -p {R}"),
+    (["env", "LDAPTLS_REQCERT=never", "ldapsearch", "-x", "-w", "ldapPw7"],
+     f"env LDAPTLS_REQCERT=never ldapsearch -x -w {R}"),
+    (["bash", "-c", "x=$(ldapsearch -xw ldapPw8 -b dc=x); lftp -u bob,lftpPw3 h"],
+     f"bash -c x=$(ldapsearch -xw {R} -b dc=x); lftp -u bob,{R} h"),
+    (["sh", "-c", "smbclient //s/x -U 'bob%smb Pw5' -c ls && mongosh -u a -p mongoPw7"],
+     f"sh -c smbclient //s/x -U 'bob%{R}'  -c ls && mongosh -u a -p {R}"),
+])
+def test_more_programs_password_options_are_hidden(argv, shown):
+    """Probe 141's list, left from the last round: mongosh/mongo -p, OpenLDAP's -w, lftp -u
+    user,PASSWORD, smbclient -U user%PASSWORD. Each in the program table, so in every form
+    the table reads (glued, after `=`, after a wrapper, in a shell's text, a stored line)."""
+    assert redact_argv(argv) == shown
+    assert redact_text(shown) == shown
+    assert redact_text(" ".join(argv)) == shown
+    secrets = [w for w in " ".join(argv).replace("%", " ").replace(",", " ").split()
+               if "Pw" in w or w in ("ldapOld", "ldapNew")]
+    assert not [s for s in secrets if s in redact_text(" ".join(argv))]
+
+
 @pytest.mark.parametrize("argv", [
     ["python", "-u", "train.py"], ["ps", "-u", "root"],
+    # the same letters elsewhere: ssh's -w is a tunnel, wget's -U a user agent, grep's -p...
+    ["ssh", "-w", "0:1", "h"], ["wget", "-U", "agent%20x", "u"], ["mongod", "-p", "x"],
     ["docker", "run", "-u", "1000:1000", "img"],  # another program's -u with a `:`
     ["ssh", "-p", "2222", "host"], ["grep", "-a", "-ahunter", "f"],
     # sshpass's options end at the command it runs: ssh's -p is a port
@@ -105,6 +162,33 @@ def test_a_programs_password_options_are_hidden_in_a_text(text, shown):
 def test_other_programs_options_stay_readable(argv):
     assert redact_argv(argv) == " ".join(argv)
     assert redact_text(" ".join(argv)) == " ".join(argv)
+
+
+@pytest.mark.parametrize("text, shown", [
+    # a hidden value's closing punctuation in a text (a shell's -c string, a stored line, a
+    # log message) is kept: it closes what opened before the value
+    ("x=$(curl -u bob:pw123)", f"x=$(curl -u bob:{R})"),
+    ("x=$(curl -u bob:pw123); echo $x", f"x=$(curl -u bob:{R}); echo $x"),
+    ("x=$(curl -u 'bob:pw 123')", f"x=$(curl -u 'bob:{R}' )"),
+    ("x=$(curl -u 'bob:pw123')", f"x=$(curl -u 'bob:{R}')"),
+    ("(sshpass -p hunter2 ssh h; redis-cli -ahunter3)", f"(sshpass -p {R} ssh h; redis-cli -a{R})"),
+    ("x=$(mysql -pS3cret -e 'select 1')", f"x=$(mysql -p{R} -e 'select 1')"),
+    ("y=$(mysql -pS3cret)", f"y=$(mysql -p{R})"),
+    ("z=$(vault --token abc123)", f"z=$(vault --token {R})"),
+    ("connect(password=hunter2)", f"connect(password={R})"),
+    ("Client(token=abc, url=u)", f"Client(token={R}, url=u)"),
+    ("login(password='x').cursor()", f"login(password='{R}').cursor()"),
+    ("[HF_TOKEN=abc]", f"[HF_TOKEN={R}]"),
+    ("f(Bearer abc123)", f"f(Bearer {R})"),
+    ("get(https://x/a?token=abc123)", f"get(https://x/a?token={R})"),
+    # what is part of the secret stays hidden: no opener before it, or balanced in the value
+    ("--password=pw)", f"--password={R}"),
+    ("curl -u bob:pw)", f"curl -u bob:{R}"),
+    ("f(password=g(x))", f"f(password={R})"),
+])
+def test_closing_punctuation_after_a_hidden_value_stays(text, shown):
+    assert redact_text(text) == shown
+    assert redact_text(shown) == shown
 
 
 def test_another_programs_dash_u_user_colon_password_is_hidden_but_not_a_uid_gid():

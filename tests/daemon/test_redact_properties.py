@@ -6,6 +6,9 @@ unchanged."""
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +17,7 @@ from daemon.sources.redact import (
     COMMAND_LIMIT,
     REDACTED,
     redact_argv,
+    redact_code,
     redact_name,
     redact_text,
 )
@@ -167,3 +171,55 @@ def test_a_name_redacted_holds_no_secret_and_comes_back_unchanged(form, secret, 
     once = redact_name(" ".join(place(form[0], secret, before, after)))
     assert not leaked(secret, once), once
     assert redact_name(once) == once
+
+
+def _test_inputs() -> list[str | list[str]]:
+    """Every input of the redaction tests (these modules' parametrize cases, FORMS and ORDINARY):
+    each string, and each list of strings (an argv)."""
+    found: list[str | list[str]] = []
+
+    def walk(node: ast.AST) -> None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found.append(node.value)
+        elif isinstance(node, ast.List | ast.Tuple):
+            if node.elts and all(isinstance(e, ast.Constant) and isinstance(e.value, str)
+                                 for e in node.elts):
+                found.append([e.value for e in node.elts])  # type: ignore[attr-defined]
+            for e in node.elts:
+                walk(e)
+        elif isinstance(node, ast.BinOp):  # "A" * 62 + "...", "x" + PEM: as Python has it
+            try:
+                value = eval(compile(ast.Expression(node), "<case>", "eval"), {"PEM": PEM})  # noqa: S307
+            except (NameError, TypeError):
+                return
+            if isinstance(value, str):
+                found.append(value)
+
+    for name in ("test_redact.py", "test_redact_programs.py", "test_redact_properties.py"):
+        tree = ast.parse((Path(__file__).parent / name).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "parametrize":
+                walk(node.args[1])
+            elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) \
+                    and node.targets[0].id in ("FORMS", "ORDINARY", "PEM"):
+                walk(node.value)
+    return found
+
+
+PEM = ("-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEApemBodyLineOne\npemBodyLineTwo==\n"
+       "-----END RSA PRIVATE KEY-----")
+
+
+def test_redacting_twice_changes_nothing_on_every_test_input():
+    """Redaction is idempotent on every input the redaction tests use (a store's way out
+    redacts what the daemon wrote again): `login(password='x')` gave
+    `login(password=<redacted>)`, whose `)` a second pass took for the value, and
+    `Client(token="abc", url=...)` lost its `,` the second time."""
+    inputs = _test_inputs()
+    assert len(inputs) > 300, len(inputs)
+    changed = []
+    for case in inputs:
+        texts = [redact_argv(case), redact_text(" ".join(case))] if isinstance(case, list) \
+            else [redact_text(case), redact_code(case), redact_argv([case])]
+        changed += [(case, once) for once in texts if redact_text(once) != once]
+    assert not changed, changed

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 from hostile_http import finishes_within
+from simhost import poll
 
 from daemon.sim import scenario
 
@@ -166,6 +173,46 @@ def test_bad_scenarios_name_the_key(text, key):
     assert key in str(e.value) and "not valid" in str(e.value)
 
 
+ONE_GPU = BASE + '[gpu]\nmodel = "NVIDIA A10G"\ncount = 1\n[[faults]]\n'
+
+
+@pytest.mark.parametrize(("fault", "key", "said"), [
+    # mlcostd calls the newest version of a call: the fault on the older one never fired
+    ('kind = "hang"\ngpu = 0\ncall = "nvmlDeviceGetMemoryInfo"\nseconds = 2\n', "faults[0].call",
+     "did you mean nvmlDeviceGetMemoryInfo_v2?"),
+    ('kind = "hang"\ngpu = 0\ncall = "nvmlDeviceGetComputeRunningProcesses"\nseconds = 2\n',
+     "faults[0].call", "did you mean nvmlDeviceGetComputeRunningProcesses_v3?"),
+    ('kind = "not_supported"\ncalls = ["nvmlDeviceGetPowerUsage", "nvmlDeviceGetHandleByIndex"]\n',
+     "faults[0].calls", "did you mean nvmlDeviceGetHandleByIndex_v2?"),
+    # a name the library does not have, or a call that is on no GPU
+    ('kind = "in_use"\ncalls = ["nvmlDeviceGetPowerUsag"]\n', "faults[0].calls",
+     "no nvmlDeviceGetPowerUsag: did you mean nvmlDeviceGetPowerUsage?"),
+    ('kind = "hang"\ngpu = 0\ncall = "nvmlSystemGetDriverVersion"\nseconds = 2\n',
+     "faults[0].call", "no call on one GPU"),
+    # only nvmlInit looks for the library, when a client starts: a later start never fires
+    ('kind = "nvml_missing"\nat_tick = 20\n', "faults[0].at_tick", "until_tick"),
+    ('kind = "driver_mismatch"\nat = 5.0\nuntil = 9.0\n', "faults[0].at", "nvmlInit"),
+])
+def test_a_fault_that_could_never_fire_is_refused_saying_what_would(fault, key, said):
+    """Probe 142 L7: these loaded and ran without ever firing (the simulated library replaces
+    NVML only: its scenario loading knows which of its calls are made)."""
+    with pytest.raises(scenario.ScenarioError) as e:
+        scenario.loads(ONE_GPU + fault)
+    assert e.value.key == key and said in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("fault", [
+    # an older call fires where the scenario takes the newer ones away (mlcostd falls back)
+    'kind = "hang"\ngpu = 0\ncall = "nvmlDeviceGetMemoryInfo"\nseconds = 2\n[[faults]]\n'
+    'kind = "missing_symbol"\nsymbol = "nvmlDeviceGetMemoryInfo_v2"\n',
+    'kind = "hang"\ngpu = 0\ncall = "nvmlDeviceGetHandleByIndex_v2"\nseconds = 2\n',
+    'kind = "nvml_missing"\nuntil_tick = 3\n', 'kind = "driver_mismatch"\nuntil = 4.0\n',
+    'kind = "in_use"\ncalls = ["nvmlGpmSampleGet"]\nat_tick = 2\n',
+])
+def test_a_fault_that_fires_loads(fault):
+    assert scenario.loads(ONE_GPU + fault).faults
+
+
 def test_a_scenario_path_that_is_no_toml_file_is_refused_not_waited_on(tmp_path):
     fifo = tmp_path / "host.toml"
     os.mkfifo(fifo)  # no writer: an open that waits for one never returns
@@ -242,3 +289,89 @@ def test_a_workload_that_crashes_is_said_in_the_daemons_log(tmp_path, caplog):
             ("INFO", f"simulated workload 'done' (pid {pids['done']}) finished")]
     finally:
         sim.stop()
+
+
+ROOT = Path(__file__).resolve().parents[2]
+ONE_WORKLOAD = BASE + (
+    'lifecycle = "on-demand"\n[gpu]\nmodel = "NVIDIA A10G"\ncount = 1\n[[workloads]]\n'
+    'name = "train"\nprogram = "healthy_train"\ngpus = [0]\noptions = { memory_gib = 4 }\n')
+
+
+def _simulation(tmp: Path, scenario_arg: str, *options: str, umask: int = 0o022):
+    """`python -m daemon.sim SCENARIO` with its temp dir `tmp` (the umask given), as a running
+    demo keeps one: (its process, its state dir once it said it)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "daemon.sim", scenario_arg, *options], cwd=ROOT,
+        env=dict(os.environ, TMPDIR=str(tmp), PYTHONPATH=str(ROOT)), stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        preexec_fn=lambda: os.umask(umask))
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("export "):
+            return proc, Path(line.strip().partition("=")[2])
+    proc.wait(timeout=30)
+    pytest.fail(f"python -m daemon.sim {scenario_arg} said no state dir (exit {proc.returncode})")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def test_nothing_in_a_state_dir_is_for_another_user_whatever_the_umask(tmp_path):
+    """Probe 142 L7: under umask 0 a state dir's files were 0666 and attach/ 0777 (inside its
+    0700 folder): every file is 0600 and every folder 0700 now, the workloads' too."""
+    scenario_file = tmp_path / "one.toml"
+    scenario_file.write_text(ONE_WORKLOAD)
+    proc, state_dir = _simulation(tmp_path, str(scenario_file), umask=0)
+    try:
+        poll(lambda: list((state_dir / "attach").glob("*.att")), 30, "the workload's attach file")
+        found = {}
+        for path in [state_dir, *state_dir.rglob("*")]:
+            found[str(path.relative_to(tmp_path))] = stat.S_IMODE(os.lstat(path).st_mode)
+        assert {"host.json", "clock", "workloads.log", "attach"} <= {Path(p).name for p in found}
+        wide = {p: oct(m) for p, m in found.items() if m & 0o077}
+        assert not wide, wide
+    finally:
+        _stop(proc)
+
+
+def test_a_killed_simulations_state_dir_is_removed_at_the_next_start_and_a_running_ones_kept(
+        tmp_path, monkeypatch):
+    """kill -9 of the daemon left /tmp/mlcost-sim-<scenario>-* behind (probe 142 L7); the next
+    simulated start removes those whose maker is gone, and only those: not another running
+    demo's (as a `mlcost-top --demo` beside the tests), not one asked to be kept, not another
+    process's whose pid a dead one had (the folder older than the process), not one named
+    before the pid was in the name."""
+    killed, killed_dir = _simulation(tmp_path, "single-gpu")
+    running, running_dir = _simulation(tmp_path, "single-gpu")
+    kept, kept_dir = _simulation(tmp_path, "single-gpu", "--keep")
+    try:
+        for proc in (killed, kept):
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        assert killed_dir.is_dir() and kept_dir.is_dir()
+        # a folder named with the running demo's pid, from before that process started
+        reused = tmp_path / f"mlcost-sim-single-gpu-{running.pid}-abcd1234"
+        reused.mkdir(mode=0o700)
+        os.utime(reused, (time.time() - 3600, time.time() - 3600))
+        old_name = tmp_path / "mlcost-sim-single-gpu-k2j4h5g6"
+        old_name.mkdir(mode=0o700)
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+        started = scenario.start(scenario.load("single-gpu"), wait=0)
+        try:
+            assert started.state_dir.parent == tmp_path
+            assert not killed_dir.exists() and not reused.exists()
+            assert running_dir.is_dir() and kept_dir.is_dir() and old_name.is_dir()
+            assert started.state_dir.name.startswith(f"mlcost-sim-single-gpu-{os.getpid()}-")
+        finally:
+            started.stop()
+        assert scenario.remove_stale_state_dirs(tmp_path) == []  # (nothing else to remove)
+        _stop(running)
+        assert not running_dir.exists()  # (its own stop removed it)
+    finally:
+        for proc in (killed, running, kept):
+            _stop(proc)
