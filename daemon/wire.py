@@ -305,13 +305,15 @@ class Health:
     nvml_status: str
     store: dict[str, Any] = field(default_factory=dict)
     hostname: str = ""
+    daemon_id: str = ""  # as Now.daemon_id
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Health:
         return cls(ok=bool(d.get("ok")), version=_s(d.get("version")),
                    uptime_s=_f(d.get("uptime_s")), tick=_i(d.get("tick")),
                    nvml_status=_s(d.get("nvml_status"), "unknown"),
-                   store=_tree(_d(d.get("store"))), hostname=_line(d.get("hostname")))
+                   store=_tree(_d(d.get("store"))), hostname=_line(d.get("hostname")),
+                   daemon_id=_line(d.get("daemon_id"))[:64])
 
 
 @dataclass(frozen=True)
@@ -741,6 +743,9 @@ class Now:
     unseen_gpus: int = 0
     unseen_per_hour: float | None = None
     burn_warning: str = ""
+    # chosen at the daemon's start: one daemon reached at two targets gives one; "" from older
+    # daemons and in a replay
+    daemon_id: str = ""
 
     def host_budget(self, period: str) -> Budget | None:
         """The host's "daily" or "monthly" budget, where one is set (the daily one is what
@@ -795,6 +800,7 @@ class Now:
                                   for r in _l(d.get("recommendations"))
                                   if isinstance(r, Mapping)),
             store=_tree(_d(d.get("store"))),
+            daemon_id=_line(d.get("daemon_id"))[:64],
             potential_savings_per_month=_f(savings.get("potential_per_month")),
             bill_per_month=_f(savings.get("bill_per_month")),
             savings_order=_s(savings.get("order")),

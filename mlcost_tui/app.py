@@ -46,7 +46,13 @@ from mlcost_tui.panels.header import HeaderPanel
 from mlcost_tui.panels.processes import ProcessPanel
 from mlcost_tui.panels.recommendations import RecommendationTable, is_about
 from mlcost_tui.replay_control import ReplayControl
-from mlcost_tui.sources import POLL_INTERVAL_S, LiveSource, ReplaySource, fleet_totals
+from mlcost_tui.sources import (
+    POLL_INTERVAL_S,
+    LiveSource,
+    ReplaySource,
+    fleet_totals,
+    one_per_daemon,
+)
 
 if TYPE_CHECKING:
     from textual.timer import Timer
@@ -498,11 +504,12 @@ class MlcostTop(App):
         header = self.query_one(HeaderPanel)
         if self.viewing is None:
             # (the hosts the totals are over: those that answered; none: all as last seen)
-            answered = any(h.error is None for h in self.hosts)
-            alerting = tuple(h.now.hostname or h.target for h in self.hosts
+            daemons = one_per_daemon(self.hosts)  # one daemon at two targets: once
+            answered = any(h.error is None for h in daemons)
+            alerting = tuple(h.now.hostname or h.target for h in daemons
                              if h.now is not None and (h.error is None or not answered)
                              and h.now.idle_alerts)
-            header.show(fleet_totals(self.hosts), self.paused, retry, fleet=len(self.hosts),
+            header.show(fleet_totals(self.hosts), self.paused, retry, fleet=len(daemons),
                         alert_hosts=alerting)
             return
         snap = self.shown_host

@@ -223,8 +223,33 @@ class ReplaySource:
         self.replay.close()
 
 
+def same_daemon(hosts: Sequence[HostSnapshot]) -> dict[str, str]:
+    """The targets that reach a daemon another target reaches too (a unix socket and an http
+    URL of one mlcostd: the same daemon_id in their answers), each to the target it is counted
+    under: the first of them that answers now, else the first. A daemon that gives no id (an
+    older one) is told apart by its target alone."""
+    groups: dict[str, list[HostSnapshot]] = {}
+    for host in hosts:
+        if host.now is not None and host.now.daemon_id:
+            groups.setdefault(host.now.daemon_id, []).append(host)
+    same: dict[str, str] = {}
+    for group in groups.values():
+        counted = next((h for h in group if h.error is None), group[0])
+        same.update((h.target, counted.target) for h in group if h is not counted)
+    return same
+
+
+def one_per_daemon(hosts: Sequence[HostSnapshot]) -> tuple[HostSnapshot, ...]:
+    """`hosts` with each daemon once (same_daemon): the fleet's totals and its count of
+    daemons count one daemon reached at two targets once."""
+    same = same_daemon(hosts)
+    return tuple(h for h in hosts if h.target not in same)
+
+
 def fleet_totals(hosts: tuple[HostSnapshot, ...]) -> HostSnapshot | None:
-    """The fleet header: totals over the daemons that answered, as one synthetic snapshot."""
+    """The fleet header: totals over the daemons that answered, as one synthetic snapshot
+    (each daemon once, however many targets reach it)."""
+    hosts = one_per_daemon(hosts)
     if not hosts:
         return None
     live = [h for h in hosts if h.now is not None and h.error is None]

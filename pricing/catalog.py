@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pricing.cache import CachedPrice, read_cache
-from pricing.offer import LIFECYCLES, InstanceOffer, Lifecycle, Price, normalize_instance_type
+from pricing.offer import (
+    LIFECYCLES,
+    InstanceOffer,
+    Lifecycle,
+    Price,
+    nominal_gib,
+    normalize_instance_type,
+)
 from pricing.small_file import read_small_file
 
 if TYPE_CHECKING:
@@ -185,8 +192,8 @@ def overlay_live(offers: Sequence[InstanceOffer], cached: Iterable[CachedPrice])
                     instance_type=price.instance_type,
                     accelerator=price.attributes.get("gpuModel", "unknown"),
                     accelerator_count=int(gpus),
-                    accelerator_memory_gib=(_gib(price.attributes.get("gpuMemory")) or 0.0)
-                    / int(gpus),
+                    accelerator_memory_gib=nominal_gib(
+                        (_gib(price.attributes.get("gpuMemory")) or 0.0) / int(gpus) * 1024),
                     vcpus=int(_gib(price.attributes.get("vcpu")) or 0) or None,
                     memory_gib=_gib(price.attributes.get("memory")),
                     on_demand=None,

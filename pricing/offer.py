@@ -87,6 +87,16 @@ def format_age(seconds: float | None) -> str:
     return f"{age_days(seconds)} d"
 
 
+def nominal_gib(mib: float) -> float:
+    """Per-accelerator memory as the vendor sells it, read as GiB (an "80GB" H100 holds 80, a
+    "24GB" L4 24): what every figure of the catalog is. Sources state it in MiB two ways,
+    80 GiB as 81920 but 24 GB as 22888 (24e9 bytes); whichever reading is a whole number is
+    the nominal figure (22888 -> 24, not 22.4), else GiB to a tenth."""
+    gib, gb = mib / 1024, mib * 2**20 / 1e9
+    whole = min((gib, gb), key=lambda v: abs(v - round(v)))
+    return float(round(whole)) if abs(whole - round(whole)) < 0.05 else round(gib, 1)
+
+
 @dataclass(frozen=True)
 class InstanceOffer:
     """One instance type in one region: its hardware and its prices (None where unknown)."""

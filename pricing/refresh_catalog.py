@@ -31,6 +31,7 @@ import aiohttp
 
 from pricing.cache import CachedPrice
 from pricing.http import DEFAULT_TIMEOUT_S, FetchError, fetch
+from pricing.offer import nominal_gib
 from pricing.refresh import Progress, RefreshResult
 
 SKYPILOT_CATALOG_BASE_URL = (
@@ -47,10 +48,11 @@ NOT_OFFERED = 700.0  # SkyPilot's placeholder price
 MAX_ACCELERATORS = 10_000
 MAX_GPU_INFO = 4096  # GpuInfo is a ~200-byte dict literal; a longer one is not evaluated
 SOURCE = "SkyPilot catalog"
-# Per-accelerator memory (GiB) when GpuInfo does not say; a name SkyPilot uses for one
-# memory size gets our name for it.
-ACCELERATOR_MEMORY_GIB = {"A100": 40, "A100-80GB": 80, "H100": 80, "H200": 141, "L4": 22.4,
-                          "L40S": 45, "A10G": 22.4, "A10": 22.4, "T4": 16, "V100": 16,
+# Per-accelerator memory when GpuInfo does not say: the vendor's nominal GB read as GiB, as
+# the whole catalog gives it (pricing.offer.nominal_gib); a name SkyPilot uses for one memory
+# size gets our name for it.
+ACCELERATOR_MEMORY_GIB = {"A100": 40, "A100-80GB": 80, "H100": 80, "H200": 141, "L4": 24,
+                          "L40S": 48, "A10G": 24, "A10": 24, "T4": 16, "V100": 16,
                           "V100-32GB": 32}
 ACCELERATOR_NAMES = {"A100": "A100-40GB"}  # SkyPilot's "A100" is the 40 GB part
 
@@ -181,7 +183,7 @@ def parse_vms_csv(cloud: str, text: str, regions: Sequence[str] | None = None,
         if offer is None:
             offer = offers[key] = _Offer(
                 itype, r["Region"].strip(), accel, count,
-                None if mib is None else round(mib / 1024, 1), _num(r.get("vCPUs")),
+                None if mib is None else nominal_gib(mib), _num(r.get("vCPUs")),
                 _num(r.get("MemoryGiB")))
         else:
             offer.accelerator = _specific(offer.accelerator, accel)  # duplicated rows

@@ -347,13 +347,16 @@ def now_document(
     entries: ProcessEntries | None = None,
     working_sm_share: float = WORKING_SM_SHARE,
     window_phases: Mapping[str, str] | None = None,
+    daemon_id: str | None = None,
 ) -> dict[str, Any]:
     """The /v1/now document. Phases, stack statuses and per-process costs are keyed by
     daemon.wire.process_key; a missing input reads as None or empty in the document.
     `entries`: the process entries' parts kept from the document before (a live daemon's).
     `working_sm_share`: [attribution].low_sm_share (a process's `phase_now`); `window_phases`:
-    the phase of the last stack sampled in each open low-utilization window, by process key."""
+    the phase of the last stack sampled in each open low-utilization window, by process key;
+    `daemon_id`: the live daemon's (Daemon.daemon_id), None in a replay."""
     doc: dict[str, Any] = {"version": DOCUMENT_VERSION, "host": dict(host),
+                           "daemon_id": daemon_id,
                            "ts": None, "tick": tick, "gpus": [], "processes": [],
                            "host_usage": None, "store": store}
     if sample is not None:

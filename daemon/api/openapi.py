@@ -103,6 +103,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "store": {"type": "object", "nullable": True,
                       "description": "the store's health (buffered, dropped, problem ...)"},
             "hostname": {"type": "string"},
+            "daemon_id": {"type": "string", "description": "chosen at the daemon's start: two "
+                          "targets that give one id are one daemon"},
             "problems": {"type": "array", "items": {"type": "string"},
                          "description": "what is wrong now, in words (a full disk, a GPU "
                                         "lost ...); empty when nothing is"},
@@ -111,6 +113,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "Now": {"type": "object", "description": "the latest state (README: the HTTP API)",
             "required": ["host", "gpus", "processes"],
             "properties": {"host": {"type": "object"},
+                           "daemon_id": {"type": "string", "nullable": True,
+                                         "description": "chosen at the daemon's start (as in "
+                                                        "/v1/health); null in a replay"},
                            "gpus": {"type": "array", "items": {"type": "object"}},
                            "processes": {"type": "array", "items": {"type": "object"}},
                            "host_usage": HOST_USAGE,

@@ -181,6 +181,7 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
             "api_version": API_VERSION, "uptime_s": time.monotonic() - started_mono,
             "tick": daemon.tick, "nvml_status": nvml, "store": store,
             "hostname": daemon.host.get("hostname", ""),
+            "daemon_id": getattr(daemon, "daemon_id", ""),
             # What is wrong now (a full disk, a recreated database, a GPU lost...), in words.
             "problems": ([store["problem"]] if store and store.get("problem") else [])
             + _gpu_problems(daemon.last_sample) + _sampling_problems(daemon)

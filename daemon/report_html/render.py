@@ -61,6 +61,8 @@ th,td{text-align:left;padding:3px 6px;border-bottom:1px solid #eee;vertical-alig
 th{background:#f6f6f6}td.num{text-align:right;white-space:nowrap}
 code{font:12px ui-monospace,Menlo,Consolas,monospace;word-break:break-all}
 div.table{overflow-x:auto}td>code{display:inline-block;min-width:16em}
+.grid td>code{min-width:8em}
+h1,.facts,.summary{overflow-wrap:anywhere}
 svg.chart{width:100%;height:auto;background:#fcfcfc;border:1px solid #eee}
 svg text{font:11px system-ui,sans-serif;fill:#555}
 svg.phases.fill{display:block;width:100%;height:14px}
@@ -259,8 +261,16 @@ def _table(header: list[str], rows: list[list[str]], empty: str) -> str:
             "</table></div>")
 
 
-def _td(value: Any, num: bool = False, code: bool = False) -> str:
+# (a name in words joined by `_`, `.`, `/` or `:` may break after them, and only there)
+_BREAK_AFTER = str.maketrans({c: c + "<wbr>" for c in "_./:"})
+
+
+def _td(value: Any, num: bool = False, code: bool = False, words: bool = False) -> str:
+    """A cell of `value` (escaped); `words`: a long name (an event's kind, a process's label)
+    may wrap after its `_`, `.`, `/` and `:` rather than widen its column past the page."""
     text = _e(value)
+    if words:
+        text = text.translate(_BREAK_AFTER)
     if code:
         text = f"<code>{text}</code>"
     return f'<td class="num">{text}</td>' if num else f"<td>{text}</td>"
@@ -513,7 +523,8 @@ def render(data: ReportData) -> str:
     out.append("</section><section>")
     out.append("<h2>Events</h2>")
     out.append(_table(["event", "target", "from", "to", "cost", "snapshot"], [
-        [_td(e["kind"]), _td(e.get("target_label") or e["target"]), _td(_time(e["started_at"])),
+        [_td(e["kind"], words=True), _td(e.get("target_label") or e["target"], words=True),
+         _td(_time(e["started_at"])),
          _td(_event_end(e, data.snapshot)),
          _td(_money(e.get("cost_so_far"), 4), True),
          _td(f"snapshot: {e['snapshot']}" if e.get("snapshot") else "", code=True)]

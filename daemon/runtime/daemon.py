@@ -15,6 +15,7 @@ import errno
 import logging
 import math
 import os
+import secrets
 import signal
 import socket
 import sqlite3
@@ -158,6 +159,10 @@ class Daemon:
         self.db = db_path(config)
         self.tick = self.first_tick = 0
         self.started_at = clock.now()
+        # Who this daemon is, whatever it is reached as (a unix socket, an http URL, a proxy):
+        # chosen at its start, said in /v1/now and /v1/health, so that a fleet view reaching it
+        # twice counts it once (mlcost_tui.sources.one_per_daemon).
+        self.daemon_id = secrets.token_hex(8)
         self.ticks_late = 0
         self.last_sample: Sample | None = None
         self.previous_sample: Sample | None = None
@@ -798,7 +803,8 @@ class Daemon:
             idle_utilization_pct=self.config.idle.utilization, cost=cost,
             phases=self.phases_now(), stack_statuses=statuses, windows=windows,
             kinds=self.kinds.documents(), store=store, entries=self._now_entries,
-            working_sm_share=self.config.attribution.low_sm_share, window_phases=window_phases)
+            working_sm_share=self.config.attribution.low_sm_share, window_phases=window_phases,
+            daemon_id=self.daemon_id)
         taken = self.snapshots.by_event if self.snapshots is not None else {}
         for event in document.get("events") or []:
             event["snapshot"] = taken.get(event.get("id"))

@@ -13,6 +13,7 @@ from textual.binding import Binding
 from mlcost_tui import format as fmt
 from mlcost_tui.keyed_table import CELL_PADDING, Column, KeyedTable, as_column, fit_columns
 from mlcost_tui.messages import HostSnapshot
+from mlcost_tui.sources import same_daemon
 from mlcost_tui.thresholds import BAD, GOOD, WARN
 
 # The order of both fleet tables (this one and --prometheus's), said in their titles: a down
@@ -127,8 +128,16 @@ class FleetPanel(KeyedTable):
         def row(*cells: Any) -> tuple[Any, ...]:
             return fitted_row(self, cells, ("host",), targets=("target",))
 
+        same = same_daemon(hosts)
         for snap in sorted(hosts, key=fleet_order):
             now = snap.now
+            if snap.target in same and now is not None:
+                # one daemon reached at two targets: its figures once, on the other's row (the
+                # totals above count it once too); the title says which target is which
+                rows.append((snap.target, row(now.hostname or "?", snap.target,
+                                              Text("same daemon", style=WARN),
+                                              *(fmt.DASH,) * 8)))
+                continue
             if now is None:
                 rows.append((snap.target, row(fmt.DASH, snap.target,
                                               Text("unreachable", style=BAD), *(fmt.DASH,) * 8)))
@@ -150,4 +159,9 @@ class FleetPanel(KeyedTable):
                 cells = (*cells[:3], *(dimmed(c) for c in cells[3:]))
             rows.append((snap.target, row(*cells)))
         self.sync(rows)
-        self.set_title(f"Fleet: {len(hosts)} daemons · {FLEET_ORDER}")
+        daemons = len(hosts) - len(same)
+        twins = "; ".join(f"{short_target(t, 40)} is {short_target(c, 40)}"
+                          for t, c in same.items())
+        self.set_title(f"Fleet: {fmt.plural(daemons, 'daemon')}"
+                       + (f" at {len(hosts)} targets ({twins}: counted once)" if same else "")
+                       + f" · {FLEET_ORDER}")

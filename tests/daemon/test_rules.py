@@ -66,7 +66,7 @@ def test_shrink_names_a_cheaper_fitting_instance():
 
 
 def test_shrink_not_when_all_gpus_used_and_memory_needs_them():
-    # 8 GPUs at 38 GiB: only g6e.48xlarge (8 x 45 GiB, $30.13) fits, 8% cheaper < 20%
+    # 8 GPUs at 38 GiB: only g6e.48xlarge (8 x 48 GiB, $30.13) fits, 8% cheaper < 20%
     s = window(utils=[90.0] * 8, holders={g: 90.0 for g in range(8)}, mem=38 * GIB)
     assert by_rule(recs(s), "over_provisioned") == []
 

@@ -99,7 +99,7 @@ def test_matrix_fits_and_prices_a_run():
         assert row["run_cost_on_demand"] == pytest.approx(row["on_demand_per_hour"] * 10)
     costs = [r["on_demand_per_hour"] for r in rows]
     assert costs == sorted(costs)
-    assert "g6e.12xlarge" in [r["instance_type"] for r in rows]  # 4 x L40S 45 GiB
+    assert "g6e.12xlarge" in [r["instance_type"] for r in rows]  # 4 x L40S 48 GiB
 
 
 def test_cli_json_and_errors(tmp_path, capsys):

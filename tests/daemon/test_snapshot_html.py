@@ -489,3 +489,73 @@ def test_on_a_narrow_screen_a_long_command_keeps_a_readable_width(tmp_path):
     found = page.value
     assert found["scroll"] <= found["inner"], found  # no page-wide sideways scroll
     assert found["tallest"] <= 8 * found["line"], found  # was ~23 lines
+
+
+# Per table box: how much wider its table is than the box (a sideways scrollbar), where its
+# `samples` and `snapshot` columns end, and whether the page itself scrolls sideways.
+FIT_SCRIPT = """(() => {
+  const boxes = [...document.querySelectorAll('div.table')].map(box => {
+    const heads = [...box.querySelectorAll('th')].map(th => th.textContent);
+    const right = name => { const th = [...box.querySelectorAll('th')].find(
+      h => h.textContent === name); return th ? th.getBoundingClientRect().right : null; };
+    return {heads: heads.join(','), over: box.scrollWidth - box.clientWidth,
+            box_right: box.getBoundingClientRect().right,
+            samples_right: right('samples'), snapshot_right: right('snapshot')};
+  });
+  return {boxes, inner: window.innerWidth, page: document.documentElement.scrollWidth,
+          summary_over: [...document.querySelectorAll('.summary')].map(
+            s => s.scrollWidth - s.clientWidth)};
+})()"""
+
+
+def test_at_1200_px_long_stack_frames_and_paths_wrap_inside_their_tables(tmp_path):
+    """Probe 141 L9: at 1200 px the Top stacks table's `samples` column was behind a sideways
+    scrollbar and the Events table's `snapshot` column overflowed, on a snapshot's page and a
+    profile's: each code cell kept 16em, three of them wider than a half-page column. Long
+    frames, paths and commands wrap (or are cut with `…`, the whole text in the cell's title)
+    inside their table; every table fits its box, both pages, at 1200 px and at the narrowest
+    width that still puts two tables side by side."""
+    daemon = recording_daemon(tmp_path, 5.0, ticks=30)
+    store = daemon.store
+    assert store is not None
+    deep = "/home/researcher/projects/large-language-model-finetuning/src/training/data/"
+    facts.write_stacks(store, [facts.StackRow(
+        ts=T0 + 12 + i, pid=4242, start_time=1000.5, thread_id=1, stack_hash=f"s{i}",
+        frames=((f"ShardedStreamingDatasetWithPrefetch.read_next_shard_from_remote_{i}",
+                 f"{deep}streaming_dataset_with_a_rather_long_module_name_{i}.py", 1234),),
+        phase="data_wait", gpu_util=2.0) for i in range(4)])
+    facts.write_event(store, {"kind": "low_utilization", "target": "4242:1000.500",
+                              "started_at": T0 + 10, "ended_at": T0 + 20, "cost_so_far": 0.01})
+    snapshot_path = ("/var/lib/mlcost/snapshots/mlcost-a-host-with-a-long-name-2026-12-06T110828Z"
+                     "-gpu_held_idle-gpu_3-and-more.db")
+    for i, kind in enumerate(("recommendation_resolved", "gpu_held_idle", "gpu_unheld_idle")):
+        facts.write_event(store, {"kind": kind, "target": f"gpu:{i}", "started_at": T0 + 2 + i,
+                                  "ended_at": None, "cost_so_far": 0.9069})
+        facts.write_event_snapshot(store, kind, f"gpu:{i}", T0 + 2 + i, snapshot_path)
+    store.close()
+    conn = sqlite3.connect(tmp_path / "mlcost.db")
+    conn.execute("UPDATE processes SET command = ?", (
+        "/home/researcher/.venv/bin/python3 -m training.launch_distributed_finetune "
+        "--config-file " + deep + "configs/a_very_long_configuration_file_name.yaml",))
+    conn.commit()
+    conn.close()
+    pages = {"snapshot": tmp_path / "snapshot.html", "profile": tmp_path / "profile.html"}
+    render_html_file(tmp_path / "mlcost.db", pages["snapshot"])
+    render_html_file(tmp_path / "mlcost.db", pages["profile"],
+                     title="mlcost profile of python " + deep + "train.py --steps 120",
+                     summary=["mlcostd profile: done (no gates)", "recommendation: prefetch its "
+                              "input in parallel — " + deep + "x" * 120 + ".py:38"])
+    for name, html in pages.items():
+        for width in (1200, 1120):
+            shot = tmp_path / f"{name}-{width}.png"
+            page = chromium.load(html.as_uri(), FIT_SCRIPT, screenshot=shot, size=(width, 2000))
+            assert page.console_errors == []
+            found = page.value
+            assert found["page"] <= found["inner"], (name, width, found)
+            assert found["summary_over"] in ([], [0]), (name, width, found)
+            stacks = next(b for b in found["boxes"] if b["heads"].startswith("where,"))
+            events = next(b for b in found["boxes"] if b["heads"].startswith("event,"))
+            for box in found["boxes"]:
+                assert box["over"] <= 0, (name, width, box)  # no table wider than its box
+            assert stacks["samples_right"] <= stacks["box_right"] <= found["inner"], stacks
+            assert events["snapshot_right"] <= events["box_right"] <= found["inner"], events

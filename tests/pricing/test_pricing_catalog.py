@@ -229,7 +229,7 @@ def test_price_by_lifecycle_and_per_gpu():
 def test_cheapest_fitting_20_gib_single_gpu_on_aws():
     fits = Catalog.load().cheapest_fitting(20, provider="aws")
     names = [o.instance_type for o in fits]
-    assert names[0] == "g6.xlarge"  # L4, 22.4 GiB >= 20 GiB + 10 %
+    assert names[0] == "g6.xlarge"  # L4, 24 GiB >= 20 GiB + 10 %
     assert "g5.xlarge" in names and "g6e.xlarge" in names
     assert "inf2.xlarge" not in names  # not a GPU
     assert all(o.accelerator_memory_gib >= 22 for o in fits)
