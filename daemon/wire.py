@@ -444,9 +444,9 @@ class Process:
     # How sure `phase` is: "high" (Python stacks) or "low" (/proc alone: ptrace denied or
     # stacks off); None where no phase is known or an older daemon does not say.
     phase_confidence: str | None = None
-    # The phase it is in now (the phase column's): `phase`, or `compute` while it works on its
-    # GPU outside a low-utilization window, after stacks that said otherwise (an older daemon
-    # does not say: `phase` stands).
+    # The phase it is in now (the phase column's): `compute` while it works on its GPU outside
+    # a low-utilization window; while its GPU is quiet, the last stack's phase, or what its
+    # stacks said in earlier quiet stretches (an older daemon does not say: `phase` stands).
     phase_now: str | None = None
     owner: dict[str, str] = field(default_factory=dict)  # pod, namespace, container, slurm_job, ... from cgroups
     workload: str | None = None  # short owner label for display: "ns/pod", "slurm 1234", "unit.service"
@@ -467,11 +467,11 @@ class Process:
 
     @property
     def current_phase(self) -> tuple[str | None, str | None]:
-        """The phase it is in now and how sure: its balance's top phase with that phase's
-        confidence, or `compute` from its GPU's own busy time (high) once it is back at work
-        after stacks that said otherwise (daemon.api.document.phase_now)."""
-        if self.phase_now == self.phase:
-            return self.phase, self.phase_confidence
+        """The phase it is in now and how sure: `compute` from its GPU's own busy time (high)
+        once it is back at work after stacks that said otherwise, else the phase its stacks
+        (or /proc) say, with its balance's confidence (daemon.api.document.phase_now)."""
+        if self.phase_now == self.phase or self.phase_now != COMPUTE:
+            return self.phase_now, self.phase_confidence
         return self.phase_now, HIGH_CONFIDENCE
 
     def on_gpu(self, index: int) -> GpuShare | None:

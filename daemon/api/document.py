@@ -116,21 +116,35 @@ def phase_now(entry: Mapping[str, Any], proc: ProcessModel, in_window: bool,
               ) -> str | None:
     """The phase a process is in now (/v1/now's `phase_now`, the TUI's phase column): in an
     open low-utilization window, the phase of the last stack sampled in it (`latest`: a job
-    that computes most of the time is writing a checkpoint now), its balance's top phase
-    (`phase`) until one is; `compute` while it holds a GPU at `working_sm_share` or more
-    outside any window, else `phase`. Stacks are sampled only in those windows, so when it is
-    back at work every stack its balance rests on was taken before: an `idle` or `data_wait`
-    from them says what it did then, and the GPU says what it does now. None while its phase
-    is not known yet (as `phase`)."""
+    that computes most of the time is writing a checkpoint now); `compute` while it holds a
+    GPU at `working_sm_share` or more outside any window; else, its GPU quiet with no stack
+    sampled in this quiet stretch yet (the first seconds, before a window opens), what its
+    stacks said while its GPU was quiet before: `quiet_phase`. Stacks are sampled only in
+    those windows, so when it is back at work every stack its balance rests on was taken
+    before: an `idle` or `data_wait` from them says what it did then, and the GPU says what it
+    does now. None while its phase is not known yet (as `phase`)."""
     top = entry["phase"]
+    if top is None:
+        return None
     if in_window:
-        return latest if latest is not None else top
-    if top is None or top == COMPUTE:
-        return top
+        return latest if latest is not None else quiet_phase(entry)
     share, gpus = proc.sm_share, proc.gpus
     if share is None or not gpus or not proc.gpu_memory_bytes:
         return top
-    return COMPUTE if share / len(gpus) >= working_sm_share else top
+    return COMPUTE if share / len(gpus) >= working_sm_share else quiet_phase(entry)
+
+
+def quiet_phase(entry: Mapping[str, Any]) -> str | None:
+    """What a process whose GPU is quiet is taken to do before a stack says: its balance's top
+    phase, or, where that is compute (the GPU's own busy time), the largest of the rest, what
+    its stacks said in its earlier quiet stretches (a job that saves a checkpoint every few
+    minutes is saving one again). Its top where nothing else was seen."""
+    top = entry["phase"]
+    if top != COMPUTE:
+        return top
+    waits = [(share, phase) for phase, share in entry["phases"].items()
+             if phase != COMPUTE and share]
+    return max(waits)[1] if waits else top
 
 
 def phase_known(balance: Mapping[str, Mapping[str, Any]] | None) -> bool:

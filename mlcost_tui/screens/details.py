@@ -20,6 +20,7 @@ from textual.widgets import Label, Static
 
 from daemon.clock import latency_text, local_time
 from daemon.wire import (
+    COMPUTE,
     LOW_CONFIDENCE,
     Comparison,
     Latency,
@@ -439,10 +440,15 @@ class DetailsScreen(Screen):
                   else p.stack_status)
         text.append(f"  (stack sampling: {status or '-'})\n", style=MUTED)
         if p.phase_now is not None and p.phase_now != p.phase and gone is None:
-            # Back at work after stacks that said otherwise (daemon.api.document.phase_now):
-            # the balance below is of the last 30 min, sampled while its GPU was quiet.
-            text.append(f"  now: {p.phase_now} (SM share {fmt.pct(p.sm_share)}); the balance "
-                        f"below, mostly {p.phase}, was sampled before it went back to work\n")
+            # (daemon.api.document.phase_now) the balance below is of the last 30 min
+            if p.phase_now == COMPUTE:  # back at work after stacks that said otherwise
+                text.append(f"  now: {p.phase_now} (SM share {fmt.pct(p.sm_share)}); the "
+                            f"balance below, mostly {p.phase}, was sampled before it went back "
+                            "to work\n")
+            else:  # its GPU quiet now: what its stacks say it does while it is
+                text.append(f"  now: {p.phase_now} (SM share {fmt.pct(p.sm_share)}): its GPU is "
+                            f"quiet, and its stacks say {p.phase_now} while it is; the balance "
+                            f"below is mostly {p.phase}\n")
         if p.phase_confidence == LOW_CONFIDENCE:
             text.append(f"  {phase_label(p.phase, LOW_CONFIDENCE)}: low confidence, from /proc, "
                         "no stacks (py-spy may not read this process; README \"When ptrace is denied\")\n",

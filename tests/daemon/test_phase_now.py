@@ -110,6 +110,38 @@ def test_in_a_window_the_last_sampled_stack_says_what_it_does_now(entries):
     assert _document((95.0,), balance, latest=CHECKPOINT, entries=entries)["phase_now"] == COMPUTE
 
 
+@pytest.mark.parametrize("entries", [None, ProcessEntries()])
+def test_a_quiet_gpu_before_a_stack_reads_what_its_stacks_said_in_earlier_quiet_stretches(
+        entries):
+    """A job that computes about half the time and saves a checkpoint the other half, in the
+    first seconds of a save (its GPU quiet, no window open yet, or one open with no stack in it
+    yet): `compute` from its balance's top was beside a 0% SM share (seen in the demo, ticks 38
+    and 40). It is what its stacks said while its GPU was quiet before: checkpoint."""
+    balance = {COMPUTE: {"seconds": 54.0, "share": 0.54, "top_stacks": [],
+                         "confidence": HIGH_CONFIDENCE},
+               CHECKPOINT: {"seconds": 40.0, "share": 0.40, "top_stacks": [STACK],
+                            "confidence": HIGH_CONFIDENCE},
+               DATA_WAIT: {"seconds": 6.0, "share": 0.06, "top_stacks": [STACK],
+                           "confidence": HIGH_CONFIDENCE}}
+    quiet = _document((0.0,), balance, entries=entries)
+    assert (quiet["phase"], quiet["phase_now"]) == (COMPUTE, CHECKPOINT)
+    assert _column(quiet, gpus_idle=True) == CHECKPOINT
+    assert Process.from_dict(quiet).current_phase == (CHECKPOINT, HIGH_CONFIDENCE)
+    opened = _document((0.0,), balance, window=True, entries=entries)
+    assert opened["phase_now"] == CHECKPOINT
+    # the stack sampled in the window says otherwise: it wins
+    assert _document((0.0,), balance, window=True, latest=DATA_WAIT,
+                     entries=entries)["phase_now"] == DATA_WAIT
+    # at work: compute
+    assert _document((90.0,), balance, entries=entries)["phase_now"] == COMPUTE
+    # decided from /proc alone: the quiet phase keeps its low confidence, in the column too
+    low = {phase: dict(part, confidence=LOW_CONFIDENCE) for phase, part in balance.items()}
+    entry = _document((0.0,), low, entries=entries)
+    assert entry["phase_now"] == CHECKPOINT
+    assert Process.from_dict(entry).current_phase == (CHECKPOINT, LOW_CONFIDENCE)
+    assert _column(entry, gpus_idle=True) == CHECKPOINT + "~"
+
+
 def test_a_process_on_several_gpus_works_by_its_mean_share():
     # 4 x 20 %: summed 80 % (sm_share), but each GPU under the working share
     assert _document((20.0,) * 4, _balance(IDLE))["phase_now"] == IDLE

@@ -46,3 +46,28 @@ async def test_a_process_back_at_work_reads_compute_and_its_details_say_why(size
         body = str(app.screen.query_one("#details-body", Static).render())
         assert "now: compute (SM share 95%)" in body, body
         assert "mostly data_wait, was sampled before it went back to work" in body, body
+
+
+@pytest.mark.asyncio
+async def test_a_quiet_process_reads_its_quiet_phase_and_its_details_do_not_say_back_at_work():
+    """Its GPU quiet, its stacks say it is saving a checkpoint while its balance is mostly
+    data_wait: the details say what its stacks say now, not that it went back to work."""
+    doc = now_document()
+    proc = next(p for p in doc["processes"] if p["key"] == BACK_AT_WORK)
+    proc.update(phase_now="checkpoint", sm_share=0.0)
+    proc["gpus"][0]["sm_share"] = 0.0
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(200, 50)) as pilot:
+        app.post_message(SnapshotArrived((
+            HostSnapshot("unix:/test.sock", Now.from_dict(doc), None, 0.01, TS),)))
+        await pilot.pause()
+        procs = app.query_one(ProcessPanel)
+        row = procs.get_row_index(BACK_AT_WORK)
+        assert "checkpoint" in [str(c) for c in procs.get_row_at(row)]
+        procs.focus()
+        procs.move_cursor(row=row)
+        await pilot.press("enter")
+        await pilot.pause()
+        body = str(app.screen.query_one("#details-body", Static).render())
+        assert "now: checkpoint (SM share 0%): its GPU is quiet" in body, body
+        assert "went back to work" not in body, body
