@@ -85,6 +85,7 @@ from daemon.analysis.stack_rules import (
     is_socket_frame,
     is_user_code,
     name_matches,
+    process_read,
     rule_for,
     stream_read,
     user_frame,
@@ -189,7 +190,10 @@ def classify(
     CHILD_WAIT: `_waits_for_child`). A hand-over wait with no thread working on input, while a
     thread of the user's code blocks reading a bare socket and nothing came over the tick (a
     timed wait's wake-ups to look again bring nothing), is a worker waiting for its next job
-    (idle, JOB_WAIT: `_fed_by_network`).
+    (idle, JOB_WAIT: `_fed_by_network`). A get of a multiprocessing queue or a read of a
+    multiprocessing pipe by the user's line (not under a torch DataLoader), where the signals
+    named nothing and no child of it works, comes right before the plain waiting frames: another
+    process hands it its work (idle, JOB_WAIT: `_process_feeds_it`).
 
     With `signals` (HostSignals), after the library frames and a reader thread's work, and
     before the waiting frames: a
@@ -301,8 +305,12 @@ def classify(
                                   source_line))
         if fed is not None:
             return fed
-    if wait is not None and not busy_elsewhere and _through_multiprocessing(wait[1]):
-        fed = _fed_by_children(f"on a multiprocessing pipe or queue ({_where(wait[1])})",
+    read = process_read(called, frames) if wait is not None else None
+    if wait is not None and not busy_elsewhere and (_through_multiprocessing(wait[1])
+                                                    or read is not None):
+        # (a pipe's poll with a timeout waits in select, below the multiprocessing frames)
+        where = _where(wait[1] if _through_multiprocessing(wait[1]) or read is None else read)
+        fed = _fed_by_children(f"on a multiprocessing pipe or queue ({where})",
                                responsible, signals)
         if fed is not None:
             return fed
@@ -335,6 +343,12 @@ def classify(
         watched = _watched_by_observer(threads, thread, responsible)
         if watched is not None:
             return watched
+    if wait is not None and wait[0].kind == WAIT and not busy_elsewhere:
+        # (after the signals: a read, a write or a CPU they measure names its own phase, as
+        # the plain wait below it did)
+        fed = _process_feeds_it(called, frames, responsible)
+        if fed is not None:
+            return fed
     if wait is not None:
         if busy_elsewhere and wait[0].kind in (WAIT, JOB):
             return _said(wait, responsible, "GPU busy meanwhile: its work runs in another "
@@ -798,6 +812,24 @@ PROMPT_CALL = re.compile(r"\binput\(")
 def _through_multiprocessing(frame: Frame) -> bool:
     """A wait inside multiprocessing: a pipe, a queue, a manager's proxy."""
     return fnmatchcase(frame.filename.replace("\\", "/"), "*/multiprocessing/*")
+
+
+def _process_feeds_it(called: Sequence[Frame], frames: Sequence[Frame],
+                      responsible: Frame | None) -> Classification | None:
+    """Idle, waiting for its next job, where the user's line waits in a multiprocessing queue's
+    get or a pipe's read (`process_read`: Queue.get, SimpleQueue.get, a Connection's recv or
+    poll; not under a torch DataLoader) and no child process of it works meanwhile
+    (`_fed_by_children` came first): another process hands it its work (its parent, a sibling,
+    a coordinator it dialled), as a Pool's worker waits on its task queue. It read "waiting in
+    a multiprocessing pipe", and between jobs idle_gpu_held offered the SIGTERM to a worker
+    that works on demand. None where there is no such read."""
+    read = process_read(called, frames)
+    if read is None:
+        return None
+    return Classification(
+        IDLE, f"{JOB_WAIT} from a multiprocessing queue or pipe ({_where(read)}): another "
+        "process hands it its work (its parent, a sibling or a coordinator), none of its "
+        "children at work", responsible)
 
 
 def _fed_by_children(waiting: str, responsible: Frame | None,

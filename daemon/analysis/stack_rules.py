@@ -637,6 +637,35 @@ CHILD_WAITS: tuple[tuple[str, str], ...] = (
 )
 
 
+# A read of a multiprocessing queue or pipe that another process fills (its parent, a sibling,
+# a coordinator it dialled with multiprocessing.connection.Client): Queue.get (JoinableQueue's
+# too), SimpleQueue.get, a Connection's recv, recv_bytes, recv_bytes_into or poll. Where no child
+# process of it works meanwhile (phases._fed_by_children comes first: decoder processes feeding a
+# loop are its input), it waits for its next job (phases._process_feeds_it), as a Pool's worker
+# does. Not under a torch DataLoader (DATA_LOADER_FILES): its main process waits on its workers'
+# queue (data wait, its LIBRARY rules), and its workers on their index queue are its own.
+PROCESS_READS: tuple[tuple[str, str], ...] = (
+    ("*/multiprocessing/queues.py", "*Queue.get"),
+    *(("*/multiprocessing/connection.py", f"*.{name}")
+      for name in ("recv", "recv_bytes", "recv_bytes_into", "poll")),
+)
+DATA_LOADER_FILES = "*/torch/utils/data/*"
+
+
+def process_read(frames: Sequence[Frame], stack: Sequence[Frame]) -> Frame | None:
+    """The outermost PROCESS_READS frame of `frames` (innermost first: what the user's line
+    called): the multiprocessing queue's get or pipe's read it made; None where there is none,
+    or where a torch DataLoader's frame is anywhere on its thread's `stack`, or where the read
+    is a multiprocessing manager's proxy waiting for the manager's answer (a proxied lock's
+    acquire is a lock; its queue's get is a JOB rule of its own)."""
+    if any(fnmatchcase(f.filename.replace("\\", "/"), DATA_LOADER_FILES) for f in stack):
+        return None
+    if any(fnmatchcase(f.filename.replace("\\", "/"), _MANAGERS) for f in frames):
+        return None
+    return next((f for f in reversed(frames)
+                 if any(_is(f, file, name) for file, name in PROCESS_READS)), None)
+
+
 def is_child_wait(frame: Frame) -> bool:
     """A frame of the subprocess module, or of multiprocessing's wait for a Process to end
     (CHILD_WAITS): its caller waits for a child process it started."""

@@ -2377,3 +2377,108 @@ def test_a_fifo_open_or_read_is_a_job_wait_whichever_python_call_made_it(line, b
     found = classify(threads, gpu_busy=False, source_line=lambda f: line, signals=woke)
     assert found.phase == "data_wait", found
     assert found.reason == f"reading a named pipe (FIFO) (`{line.strip()}`)", found
+
+
+# A GPU child of a pipeline in its parent's multiprocessing.Queue get (probe 143 F1), and a
+# worker that dialled its coordinator with multiprocessing.connection.Client, in its recv (F6),
+# as py-spy dumps them (Python 3.11); a poll with a timeout waits in select below the poll.
+MPQ_CHILD = [(f"{STDLIB}/multiprocessing/connection.py", "Connection._recv", 395),
+             (f"{STDLIB}/multiprocessing/connection.py", "Connection._recv_bytes", 430),
+             (f"{STDLIB}/multiprocessing/connection.py", "_ConnectionBase.recv_bytes", 216),
+             (f"{STDLIB}/multiprocessing/queues.py", "Queue.get", 103),
+             ("/srv/pipeline/mpq_worker.py", "gpu_worker", 11),
+             (f"{STDLIB}/multiprocessing/process.py", "BaseProcess.run", 108),
+             (f"{STDLIB}/multiprocessing/process.py", "BaseProcess._bootstrap", 314),
+             (f"{STDLIB}/multiprocessing/popen_fork.py", "Popen._launch", 71),
+             (f"{STDLIB}/multiprocessing/popen_fork.py", "Popen.__init__", 19),
+             (f"{STDLIB}/multiprocessing/context.py", "ForkProcess._Popen", 281),
+             ("/srv/pipeline/mpq_worker.py", "main", 19),
+             ("/srv/pipeline/mpq_worker.py", "<module>", 26)]
+CLIENT_RECV = [(f"{STDLIB}/multiprocessing/connection.py", "Connection._recv", 395),
+               (f"{STDLIB}/multiprocessing/connection.py", "Connection._recv_bytes", 430),
+               (f"{STDLIB}/multiprocessing/connection.py", "_ConnectionBase.recv", 250),
+               ("/srv/mp_client_worker.py", "main", 31),
+               ("/srv/mp_client_worker.py", "<module>", 36)]
+SIMPLE_GET = [(f"{STDLIB}/multiprocessing/connection.py", "Connection._recv", 395),
+              (f"{STDLIB}/multiprocessing/connection.py", "Connection._recv_bytes", 430),
+              (f"{STDLIB}/multiprocessing/connection.py", "_ConnectionBase.recv_bytes", 216),
+              (f"{STDLIB}/multiprocessing/queues.py", "SimpleQueue.get", 364),
+              (USER, "serve_jobs", 40)]
+PIPE_POLL = [(f"{STDLIB}/selectors.py", "PollSelector.select", 416),
+             (f"{STDLIB}/multiprocessing/connection.py", "wait", 947),
+             (f"{STDLIB}/multiprocessing/connection.py", "Connection._poll", 440),
+             (f"{STDLIB}/multiprocessing/connection.py", "_ConnectionBase.poll", 257),
+             (USER, "serve_jobs", 52)]
+# A torch DataLoader's main process waiting on its workers' queue, and one of its workers
+# waiting on its index queue: the DataLoader's own, never a job wait.
+DATALOADER = f"{SITE}/torch/utils/data/dataloader.py"
+LOADER_MAIN = [(f"{STDLIB}/multiprocessing/connection.py", "Connection._poll", 440),
+               (f"{STDLIB}/multiprocessing/connection.py", "_ConnectionBase.poll", 257),
+               (f"{STDLIB}/multiprocessing/queues.py", "Queue.get", 113),
+               (DATALOADER, "_MultiProcessingDataLoaderIter._try_get_data", 1133),
+               (DATALOADER, "_MultiProcessingDataLoaderIter._get_data", 1294),
+               (DATALOADER, "_MultiProcessingDataLoaderIter._next_data", 1332),
+               (DATALOADER, "_BaseDataLoaderIter.__next__", 631),
+               (USER, "train", 61)]
+LOADER_WORKER = [(f"{STDLIB}/multiprocessing/connection.py", "Connection._poll", 440),
+                 (f"{STDLIB}/multiprocessing/connection.py", "_ConnectionBase.poll", 257),
+                 (f"{STDLIB}/multiprocessing/queues.py", "Queue.get", 113),
+                 (f"{SITE}/torch/utils/data/_utils/worker.py", "_worker_loop", 308),
+                 (f"{STDLIB}/multiprocessing/process.py", "BaseProcess.run", 108),
+                 (f"{STDLIB}/multiprocessing/process.py", "BaseProcess._bootstrap", 314)]
+
+
+@pytest.mark.parametrize("frames", [MPQ_CHILD, CLIENT_RECV, SIMPLE_GET, PIPE_POLL],
+                         ids=["Queue.get", "Client.recv", "SimpleQueue.get", "Connection.poll"])
+def test_a_worker_fed_through_a_multiprocessing_queue_or_pipe_waits_for_its_next_job(frames):
+    """It read 'waiting in a multiprocessing pipe' (a plain wait), and idle_gpu_held offered
+    the SIGTERM to a worker between jobs, also right after a job (probe 143 F1, F6): another
+    process hands it its work, as a Pool's worker's task queue does. Idle, waiting for its
+    next job, at the user's line; with its children at work it is still fed by them (data
+    wait), and with its GPU busy meanwhile compute."""
+    quiet = HostSignals(seconds=3.0, main_thread_cpu=0.0, process_cpu=0.01, tree_cpu=0.01)
+    user = next(Frame(n, f, ln) for f, n, ln in frames if "multiprocessing" not in f
+                and "selectors" not in f)
+    for signals in (quiet, None):
+        found = classify(threads(frames), gpu_busy=False, source_line=no_source,
+                         signals=signals)
+        assert found.phase == "idle", found
+        assert found.reason.startswith(stack_rules.JOB_WAIT), found.reason
+        assert "multiprocessing queue or pipe" in found.reason, found.reason
+        assert found.frame == user, found
+    feeding = dataclasses.replace(quiet, tree_cpu=1.02)
+    fed = classify(threads(frames), gpu_busy=False, source_line=no_source, signals=feeding)
+    assert fed.phase == "data_wait" and stack_rules.WORKER_PROCESSES_FEED_IT in fed.reason, fed
+    assert classify(threads(frames), gpu_busy=False, source_line=no_source, signals=quiet,
+                    busy_elsewhere=True).phase == "compute"
+
+
+def test_a_dataloader_waiting_on_its_workers_queue_is_no_job_wait():
+    """A torch DataLoader's main process in its workers' queue's get is data wait, its
+    workers between batches no job consumers, whatever its children do."""
+    for signals in (HostSignals(seconds=3.0, main_thread_cpu=0.0, process_cpu=0.01,
+                                tree_cpu=0.01), None):
+        main = classify(threads(LOADER_MAIN), gpu_busy=False, source_line=no_source,
+                        signals=signals)
+        assert main.phase == "data_wait", main
+        worker = classify(threads(LOADER_WORKER), gpu_busy=False, source_line=no_source,
+                          signals=signals)
+        assert not worker.reason.startswith(stack_rules.JOB_WAIT), worker
+    assert stack_rules.process_read(
+        [Frame(n, f, ln) for f, n, ln in LOADER_WORKER],
+        [Frame(n, f, ln) for f, n, ln in LOADER_WORKER]) is None
+
+
+def test_a_wait_for_a_child_process_through_multiprocessing_is_no_job_wait():
+    """Process.join with a timeout waits in multiprocessing.connection.wait: a child wait, not
+    a read of a queue or a pipe."""
+    join = [(f"{STDLIB}/selectors.py", "PollSelector.select", 416),
+            (f"{STDLIB}/multiprocessing/connection.py", "wait", 947),
+            (f"{STDLIB}/multiprocessing/popen_fork.py", "Popen.wait", 40),
+            (f"{STDLIB}/multiprocessing/process.py", "BaseProcess.join", 149),
+            (USER, "rebuild", 33)]
+    assert stack_rules.process_read([Frame(n, f, ln) for f, n, ln in join], []) is None
+    found = classify(threads(join), gpu_busy=False, source_line=no_source,
+                     signals=HostSignals(seconds=3.0, main_thread_cpu=0.0, process_cpu=0.01,
+                                         tree_cpu=0.01))
+    assert found.reason.startswith(stack_rules.CHILD_WAIT), found

@@ -717,8 +717,11 @@ def check_idle_server(a: Analysis, rule: Rule) -> list[Finding]:
                   "balancer or autoscaler, move it onto a GPU it shares with other models, "
                   "or give it a MIG slice")
         # one that waits for jobs and has served no connection is a consumer, whatever its
-        # kind's words ("--server HOST:PORT" names the job server it connects to)
-        job_wait = None if proc.kind.serves else waits_for_jobs(proc)
+        # kind's words ("--server HOST:PORT" names the job server it connects to); not the
+        # worker of a front end that serves (its parent hands it each request over a pipe: a
+        # job wait too, but its work is the server's requests)
+        job_wait = (None if proc.kind.serves or proc.kind.serving_parent
+                    else waits_for_jobs(proc))
         held = job_wait is None and proc.kind.one_held_connection
         headline = (f"scale pid {proc.pid} to zero between "
                     f"{'requests' if job_wait is None else 'jobs'}: {_gpus(proc)} idle for "
