@@ -3,8 +3,9 @@ its own shard of the data on the CPU, running its step, and meeting the others a
 multiprocessing.Barrier before the next step (where an all-reduce would be). The shards are not
 the same size: the last rank's is six times the others', so the others wait for it.
 
-    MLCOST_SIM_GPUS=0,1,2 python train_shards_mp.py"""
+    MLCOST_SIM_GPUS=0,1,2 python train_shards_mp.py [--rows 40000]"""
 
+import argparse
 import multiprocessing as mp
 import os
 import signal
@@ -20,9 +21,9 @@ def hash_features(rows: int, rank: int) -> list[int]:
     return [zlib.crc32(f"{rank}:{row}:feature".encode()) % 4096 for row in range(rows)]
 
 
-def run_rank(rank: int, world: int, barrier) -> None:
+def run_rank(rank: int, world: int, barrier, shard: int) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    rows = 40000 * (6 if rank == world - 1 else 1)
+    rows = shard * (6 if rank == world - 1 else 1)
     with Device(gpu_index=GPUS[rank]) as gpu:
         gpu.alloc(20 << 30)
         while True:
@@ -32,9 +33,12 @@ def run_rank(rank: int, world: int, barrier) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=40000, help="rows in each rank's shard")
+    shard = parser.parse_args().rows
     world = len(GPUS)
     barrier = mp.Barrier(world)
-    ranks = [mp.Process(target=run_rank, args=(rank, world, barrier), name=f"rank{rank}")
+    ranks = [mp.Process(target=run_rank, args=(rank, world, barrier, shard), name=f"rank{rank}")
              for rank in range(world)]
     for proc in ranks:
         proc.start()
