@@ -7,11 +7,12 @@ Read as root, so bounded and safe:
   A socket in LISTEN is a port it serves; an ESTABLISHED one whose local port is one of its
   listening ports is a connection it accepted. UDP has no listen: a socket in
   `/proc/PID/net/udp` or `udp6` that is unconnected (no remote address) and bound to a port
-  outside the host's ephemeral range (`/proc/sys/net/ipv4/ip_local_port_range`) is a port it
-  serves on (KindFacts.udp_ports). A client's unbound socket (statsd, DNS: a `sendto` from a
-  training job) is given an ephemeral port by the kernel and is no server; so is a connected
-  one. A server bound to a port inside the ephemeral range reads as such a client: no read of
-  the tables tells them apart. For a process that listens, the other end of
+  outside the host's ephemeral range (`/proc/sys/net/ipv4/ip_local_port_range`), or to any
+  port on an address of its own (127.0.0.1, one of the host's), is a port it serves on
+  (KindFacts.udp_ports). A client's unbound socket (statsd, DNS: a `sendto` from a training
+  job) is given an ephemeral port on the wildcard address by the kernel and is no server; so
+  is a connected one. A server bound to 0.0.0.0 or :: on a port inside the ephemeral range
+  reads as such a client: no read of the tables tells them apart. For a process that listens, the other end of
   each connection is the row of the same table with the addresses swapped: none (another host
   or namespace), its own socket, or one whose owner is looked for among the GPU processes of
   its job (JobPeers: parent, children, siblings running its command line), which tells a rank's
@@ -452,15 +453,23 @@ def _no_address(address: bytes) -> bool:
     return bool(colon) and bool(host) and not host.strip(b"0") and not port.strip(b"0")
 
 
+def _wildcard(address: bytes) -> bool:
+    """Whether a table's local address is the wildcard (0.0.0.0, ::), its port aside."""
+    host, colon, _ = address.rpartition(b":")
+    return bool(colon) and not host.strip(b"0")
+
+
 def udp_listening(inodes: set[int] | frozenset[int], rows: list[TcpRow],
                   ephemeral: tuple[int, int]) -> tuple[int, ...]:
     """The UDP ports among `inodes` (pid's sockets) it serves on: an unconnected socket (no
-    remote address) bound, on any address (0.0.0.0, ::, one of the host's), to a port outside
-    `ephemeral`; sorted, at most MAX_PORTS."""
+    remote address) bound to a port outside `ephemeral` on any address (0.0.0.0, ::, one of
+    the host's), or to any port on an address of its own (127.0.0.1, one of the host's): the
+    kernel gives a client's unbound socket an ephemeral port on the wildcard address, and
+    only bind() names an address. Sorted, at most MAX_PORTS."""
     low, high = ephemeral
-    ports = {port for port, state, inode, _, remote in rows
-             if inode in inodes and 0 < port < 65536 and not low <= port <= high
-             and state != UDP_CONNECTED and _no_address(remote)}
+    ports = {port for port, state, inode, local, remote in rows
+             if inode in inodes and 0 < port < 65536 and state != UDP_CONNECTED
+             and _no_address(remote) and (not low <= port <= high or not _wildcard(local))}
     return tuple(sorted(ports)[:MAX_PORTS])
 
 

@@ -54,6 +54,9 @@ TABLE = HEADER + b"".join((
     row(b"0000000000000000FFFF00000100007F:1F40", ZERO6 + b":0000", b"07", 16),  # v4-mapped 8000
     row(b"00000000:2710", b"00000000:0000", b"07", 99),  # 0.0.0.0:10000, not its socket
     row(b"00000000:0000", b"00000000:0000", b"07", 17),  # port 0: not bound
+    row(b"0100007F:B82F", b"00000000:0000", b"07", 18),  # 127.0.0.1:47151 (ephemeral): bound
+    row(ZERO6 + b":B830", ZERO6 + b":0000", b"07", 19),  # [::]:47152 (ephemeral): a client's
+    row(b"00000000000000000000000001000000:B831", ZERO6 + b":0000", b"07", 20),  # [::1]:47153
 ))
 
 
@@ -61,11 +64,14 @@ def test_unconnected_sockets_on_fixed_ports_are_listening_and_the_rest_not():
     rows = parse_tcp_rows(TABLE)
     mine = {11, 12, 13, 14, 15, 16, 17}
     assert udp_listening(mine, rows, EPHEMERAL_DEFAULT) == (5353, 8000, 9998, 9999)
-    assert udp_listening({13, 14, 17}, rows, EPHEMERAL_DEFAULT) == ()  # connected, client
+    assert udp_listening({13, 14, 17, 19}, rows, EPHEMERAL_DEFAULT) == ()  # connected, clients
     assert udp_listening(set(), rows, EPHEMERAL_DEFAULT) == ()
-    # a host whose ephemeral range starts low takes 9999 as a client's port
-    assert udp_listening(mine, rows, (9000, 65000)) == (5353, 8000)
+    # a host whose ephemeral range starts low takes 9999 on 0.0.0.0 as a client's port, not
+    # 9998 bound on 127.0.0.1 (or 8000 on a v4-mapped 127.0.0.1)
+    assert udp_listening(mine, rows, (9000, 65000)) == (5353, 8000, 9998)
     assert udp_listening({14}, rows, (1024, 40000)) == (44413,)
+    # an ephemeral port bound on an address of its own: only bind() names one
+    assert udp_listening({18, 19, 20}, rows, EPHEMERAL_DEFAULT) == (47151, 47153)
 
 
 def test_malformed_and_huge_rows_are_skipped():
@@ -117,14 +123,17 @@ def test_this_processs_own_sockets_read_from_proc():
     loopback = fixed_port_socket(socket.AF_INET, "127.0.0.1")
     connected = fixed_port_socket(socket.AF_INET, "127.0.0.1")
     connected.connect(("127.0.0.1", 53))
+    named = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # the kernel's port, our address
+    named.bind(("127.0.0.1", 0))
     try:
         facts = read_kind_facts(os.getpid(), time.time())
         ports = set(facts.udp_ports)
-        assert {v4.getsockname()[1], v6.getsockname()[1], loopback.getsockname()[1]} <= ports
+        assert {v4.getsockname()[1], v6.getsockname()[1], loopback.getsockname()[1],
+                named.getsockname()[1]} <= ports
         assert client.getsockname()[1] not in ports
         assert connected.getsockname()[1] not in ports
     finally:
-        for sock in (client, v4, v6, loopback, connected):
+        for sock in (client, v4, v6, loopback, connected, named):
             sock.close()
 
 
