@@ -15,10 +15,12 @@ import time
 import psutil
 import pytest
 from simhost import poll
+from test_idle_means_idle import WAITING, advice, held
 
 from daemon.analysis.kinds import (
     ONLINE_INFERENCE,
     TRAINING,
+    Kind,
     classify_kind,
     served_on,
     serving_parent,
@@ -230,3 +232,16 @@ def test_a_cut_udp_table_that_hides_a_listener_leaves_it_unknown(child, monkeypa
     finally:
         for sock in fillers:
             sock.close()
+
+
+@pytest.mark.parametrize("kind, said", [
+    (Kind(ONLINE_INFERENCE, 0.8, serves=True, udp_ports=(9999,)), "serves (UDP port 9999)"),
+    # probe 143 F3: a unix-socket server read "serves (TCP no port seen)"
+    (Kind(ONLINE_INFERENCE, 0.8, serves=True, unix_listening=1), "serves (1 unix socket)"),
+    (Kind(ONLINE_INFERENCE, 0.8, serves=True, listening_ports=(8000,)),
+     "serves (TCP port 8000)")])
+def test_an_idle_servers_advice_says_where_it_serves_and_never_the_sigterm(kind, said):
+    found = advice(held(), {"idle": WAITING}, kind=kind)
+    assert "idle_gpu_held" not in found, sorted(found)
+    [rec] = found["idle_server"]
+    assert said in rec.summary and "no port seen" not in rec.summary, rec.summary
