@@ -151,7 +151,8 @@ def test_a_udp_listener_is_a_server_and_a_statsd_client_a_job():
 
 def test_where_a_server_serves_in_words():
     assert served_on((8000,), (), 0) == "TCP port 8000"
-    assert served_on((8000, 8001), (9999,), 1) == "TCP ports 8000, 8001; UDP port 9999; 1 unix socket"
+    assert served_on((8000, 8001), (9999,), 1) == \
+        "TCP ports 8000, 8001; UDP port 9999; 1 unix socket"
     assert served_on((), (), 2) == "2 unix sockets"  # probe 143 F3: not "TCP no port seen"
     assert served_on((), (), 0) == "no port seen"
 
