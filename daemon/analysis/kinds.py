@@ -250,6 +250,10 @@ class Kind:
     # Whether it (or the parent it may work for) may listen on a port no read could see: a
     # TCP table of its namespace was cut (KindFacts.sockets_unknown). Never offered SIGTERM.
     sockets_unknown: bool = False
+    # UDP ports it serves on (KindFacts.udp_ports): a UDP server shows no connection, so one
+    # that listens serves.
+    udp_ports: tuple[int, ...] = ()
+    unix_listening: int = 0  # unix sockets it listens on (KindFacts.unix_listening)
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "kind_confidence": round(self.confidence, 2),
@@ -257,7 +261,18 @@ class Kind:
                 "listening_ports": list(self.listening_ports), "gpu_use": self.gpu_use,
                 "kind_source": self.source, "connections_caught": self.connections_caught,
                 "connections_over_s": self.connections_over_s,
-                "peer_connections": self.peer_connections}
+                "peer_connections": self.peer_connections,
+                "udp_ports": list(self.udp_ports)}
+
+
+def served_on(tcp: Sequence[int], udp: Sequence[int], unix: int) -> str:
+    """Where a server serves, in words: "TCP ports 8000, 8001; UDP port 9999; 1 unix socket"
+    (four ports of each at most), or "no port seen"."""
+    said = [f"{name} port{'s' if len(ports) > 1 else ''} {', '.join(str(p) for p in ports[:4])}"
+            for name, ports in (("TCP", tcp), ("UDP", udp)) if ports]
+    if unix:
+        said.append(f"{unix} unix socket{'s' if unix > 1 else ''}")
+    return "; ".join(said) or "no port seen"
 
 
 def gpu_use_shape(active: Sequence[bool]) -> str | None:
@@ -377,7 +392,12 @@ def classify_kind(command: str, facts: KindFacts | None,
     if unix:  # behind nginx or a sidecar: served on a unix socket, not a port
         add(ONLINE_INFERENCE, LISTEN_WEIGHT,
             f"listens on {unix} unix socket{'s' if unix > 1 else ''}")
-    listens = bool(ports) or bool(unix)
+    udp = facts.udp_ports if facts else ()
+    if udp:  # no connection to catch: bound to a fixed port, unconnected, is serving
+        add(ONLINE_INFERENCE, LISTEN_WEIGHT + ACCEPTED_WEIGHT,
+            f"listens on UDP port{'s' if len(udp) > 1 else ''} "
+            + ", ".join(str(p) for p in udp[:4]))
+    listens = bool(ports) or bool(unix) or bool(udp)
     if facts is not None and accepted_seen:
         add(ONLINE_INFERENCE, ACCEPTED_WEIGHT,
             f"accepted connections on its port ({facts.accepted_connections} open at the last "
@@ -433,9 +453,11 @@ def classify_kind(command: str, facts: KindFacts | None,
         add(kind, weight, why)
     total = sum(scores.values())
     best = max(scores, key=lambda k: scores[k])
-    serves = listens and (accepted_seen or bool(serving_frames)) and best != NOTEBOOK
+    serves = (listens and (accepted_seen or bool(serving_frames) or bool(udp))
+              and best != NOTEBOOK)
     caught: dict[str, Any] = {"peer_connections": facts.other_connections if facts else 0,
-                              "sockets_unknown": unknown}
+                              "sockets_unknown": unknown, "udp_ports": udp,
+                              "unix_listening": unix}
     if ports and facts is not None and facts.first_sockets_read_at is not None:
         caught.update(connections_caught=facts.connections_caught,
                       connections_over_s=max(facts.sockets_read_at
@@ -484,7 +506,10 @@ def recorded_kind(value: Any) -> dict[str, Any]:
             "connections_over_s": float(over) if isinstance(over, int | float)
             and not isinstance(over, bool) and over >= 0 else None,
             "peer_connections": peers if isinstance(peers := kind.get("peer_connections"), int)
-            and not isinstance(peers, bool) and peers >= 0 else 0}
+            and not isinstance(peers, bool) and peers >= 0 else 0,
+            "udp_ports": [p for p in udp[:16] if isinstance(p, int) and not isinstance(p, bool)
+                          and 0 < p < 65536]
+            if isinstance(udp := kind.get("udp_ports"), list) else []}
 
 
 # Launchers whose children are jobs, whatever the launcher listens on (torchrun's rendezvous
@@ -500,13 +525,15 @@ def parent_sockets_unknown(ppid: int, parent: KindFacts | None,
     on was seen) where serving_parent would read it: a worker of a server whose port a cut
     table hid must not read as a job's."""
     return (ppid > 1 and parent is not None and parent.sockets_unknown
-            and not parent.listening_ports
+            and not parent.listening_ports and not parent.udp_ports
             and not (facts is not None and facts.parent in JOB_LAUNCHERS))
 
 
 def serving_parent(ppid: int, parent: KindFacts | None, facts: KindFacts | None) -> int:
     """`ppid` where that parent listens on a TCP port and has served a connection from outside
-    its job (KindFacts.served_others) and no job launcher started the process; else 0."""
-    if ppid <= 1 or parent is None or not parent.listening_ports or not parent.served_others:
+    its job (KindFacts.served_others), or serves on a UDP port (KindFacts.udp_ports), and no
+    job launcher started the process; else 0."""
+    if ppid <= 1 or parent is None or not (
+            parent.listening_ports and parent.served_others or parent.udp_ports):
         return 0
     return 0 if facts is not None and facts.parent in JOB_LAUNCHERS else ppid

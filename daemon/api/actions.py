@@ -24,6 +24,7 @@ from daemon.analysis.kinds import (
     PARENT_SOCKETS_UNKNOWN,
     classify_kind,
     parent_sockets_unknown,
+    served_on,
     serving_parent,
 )
 from daemon.sources.kindfacts import read_kind_facts
@@ -241,9 +242,10 @@ def _serving(pid: int, proc: psutil.Process) -> str | None:
         return None  # unreadable: the signal itself says what it can
     kind = classify_kind(argv, facts)
     if kind.serves:
-        ports = ", ".join(str(p) for p in kind.listening_ports[:4])
-        return (f"is serving (it listens on TCP port {ports} and has "
-                f"{facts.accepted_connections} client(s) connected now)")
+        where = served_on(kind.listening_ports, kind.udp_ports, kind.unix_listening)
+        clients = ("" if kind.udp_ports and not facts.accepted_connections  # (none to see)
+                   else f" and has {facts.accepted_connections} client(s) connected now")
+        return f"is serving (it listens on {where}{clients})"
     if kind.sockets_unknown:  # no port seen in a cut table is not "no port"
         return (f"may be serving ({PARENT_SOCKETS_UNKNOWN}): look with `ss -ltnp` first")
     # A parent that serves now makes it that server's worker, as the rules read it: not under
@@ -261,8 +263,8 @@ def _serving(pid: int, proc: psutil.Process) -> str | None:
                 "table is longer than mlcostd reads): look with `ss -ltnp` first")
     if not serving_parent(ppid, parent, facts):
         return None
-    ports = ", ".join(str(p) for p in parent.listening_ports[:4])
-    return (f"is serving (it works for its parent, pid {ppid}, which listens on TCP port {ports} "
+    ports = served_on(parent.listening_ports, parent.udp_ports, 0)
+    return (f"is serving (it works for its parent, pid {ppid}, which listens on {ports} "
             "and has served clients)")
 
 

@@ -74,7 +74,8 @@ def configured_kind(kind: str, label: str, observed: Kind) -> Kind:
                 peer_connections=observed.peer_connections,
                 serving_parent=observed.serving_parent,
                 one_held_connection=observed.one_held_connection,
-                sockets_unknown=observed.sockets_unknown)
+                sockets_unknown=observed.sockets_unknown, udp_ports=observed.udp_ports,
+                unix_listening=observed.unix_listening)
 
 
 class _Classified(NamedTuple):

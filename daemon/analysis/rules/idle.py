@@ -51,7 +51,7 @@ from typing import Any, NamedTuple
 from daemon.analysis.busy import DEFAULT_GPU_HELD_AFTER_S, DEFAULT_HOST_IDLE_AFTER_S
 from daemon.analysis.cost import HostPrice
 from daemon.analysis.host_signals import READ_MIN_PER_S
-from daemon.analysis.kinds import NOTEBOOK, ONLINE_INFERENCE
+from daemon.analysis.kinds import NOTEBOOK, ONLINE_INFERENCE, served_on
 from daemon.analysis.rules.base import (
     UPPER_BOUND,
     Finding,
@@ -703,12 +703,13 @@ def check_idle_server(a: Analysis, rule: Rule) -> list[Finding]:
     for proc in a.processes:
         if not is_server(proc) or proc.trailing_idle_s < a.limit("idle_held_min_s"):
             continue
-        ports = ", ".join(str(p) for p in proc.kind.listening_ports[:4]) or "no port seen"
+        ports = served_on(proc.kind.listening_ports, proc.kind.udp_ports,
+                          proc.kind.unix_listening)
         monthly = proc.burn_per_hour * HOURS_PER_MONTH
         gib = proc.memory_peak_bytes / GIB
         sm = proc.sm_activity_idle_mean
         rate_text, requests = request_rate(a, proc)
-        does = (f"serves (TCP {ports})" if not proc.kind.serving_parent or proc.kind.serves
+        does = (f"serves ({ports})" if not proc.kind.serving_parent or proc.kind.serves
                 else f"works for a server (its parent, pid {proc.kind.serving_parent}, serves on "
                      "a port)")
         advice = ("scale it to zero between requests, consolidate it with other models on one "

@@ -1,0 +1,248 @@
+"""Which UDP sockets make a process a server (probe 143 F10, F7): an unconnected socket bound to
+a port outside the host's ephemeral range, on any address, IPv4 or IPv6. A client's socket
+(statsd, DNS: a sendto from an unbound socket gets an ephemeral port) or a connected one does
+not. The tables are the namespace's, read as hostile data: malformed rows are skipped, a table
+past the read cap makes "no port seen" unknown."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from simhost import poll
+from test_idle_means_idle import WAITING, advice, held
+
+from daemon.analysis.kinds import (
+    ONLINE_INFERENCE,
+    TRAINING,
+    Kind,
+    classify_kind,
+    served_on,
+    serving_parent,
+)
+from daemon.api import actions
+from daemon.sources import kindfacts
+from daemon.sources.kindfacts import (
+    EPHEMERAL_DEFAULT,
+    KindFacts,
+    parse_ephemeral_range,
+    parse_tcp_rows,
+    read_kind_facts,
+    udp_listening,
+)
+
+HEADER = (b"   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
+          b"timeout inode ref pointer drops\n")
+ZERO6 = b"00000000000000000000000000000000"
+
+
+def row(local: bytes, remote: bytes, state: bytes, inode: int) -> bytes:
+    return (b"  1: " + local + b" " + remote + b" " + state
+            + b" 00000000:00000000 00:00000000 00000000     0        0 "
+            + str(inode).encode() + b" 2 0000000000000000 0\n")
+
+
+TABLE = HEADER + b"".join((
+    row(b"00000000:270F", b"00000000:0000", b"07", 11),  # 0.0.0.0:9999, unconnected
+    row(b"0100007F:270E", b"00000000:0000", b"07", 12),  # 127.0.0.1:9998, unconnected
+    row(b"0100007F:5208", b"0100007F:0035", b"01", 13),  # 127.0.0.1:21000 connected to :53
+    row(b"00000000:AD7D", b"00000000:0000", b"07", 14),  # 0.0.0.0:44413 (ephemeral): a client
+    row(ZERO6 + b":14E9", ZERO6 + b":0000", b"07", 15),  # [::]:5353
+    row(b"0000000000000000FFFF00000100007F:1F40", ZERO6 + b":0000", b"07", 16),  # v4-mapped 8000
+    row(b"00000000:2710", b"00000000:0000", b"07", 99),  # 0.0.0.0:10000, not its socket
+    row(b"00000000:0000", b"00000000:0000", b"07", 17),  # port 0: not bound
+    row(b"0100007F:B82F", b"00000000:0000", b"07", 18),  # 127.0.0.1:47151 (ephemeral): bound
+    row(ZERO6 + b":B830", ZERO6 + b":0000", b"07", 19),  # [::]:47152 (ephemeral): a client's
+    row(b"00000000000000000000000001000000:B831", ZERO6 + b":0000", b"07", 20),  # [::1]:47153
+))
+
+
+def test_unconnected_sockets_on_fixed_ports_are_listening_and_the_rest_not():
+    rows = parse_tcp_rows(TABLE)
+    mine = {11, 12, 13, 14, 15, 16, 17}
+    assert udp_listening(mine, rows, EPHEMERAL_DEFAULT) == (5353, 8000, 9998, 9999)
+    assert udp_listening({13, 14, 17, 19}, rows, EPHEMERAL_DEFAULT) == ()  # connected, clients
+    assert udp_listening(set(), rows, EPHEMERAL_DEFAULT) == ()
+    # a host whose ephemeral range starts low takes 9999 on 0.0.0.0 as a client's port, not
+    # 9998 bound on 127.0.0.1 (or 8000 on a v4-mapped 127.0.0.1)
+    assert udp_listening(mine, rows, (9000, 65000)) == (5353, 8000, 9998)
+    assert udp_listening({14}, rows, (1024, 40000)) == (44413,)
+    # an ephemeral port bound on an address of its own: only bind() names one
+    assert udp_listening({18, 19, 20}, rows, EPHEMERAL_DEFAULT) == (47151, 47153)
+
+
+def test_malformed_and_huge_rows_are_skipped():
+    hostile = HEADER + b"".join((
+        b"garbage\n", b"\xff\xfe" * 40 + b"\n", b"  1: 00000000:ZZZZ 00000000:0000 07 0 0 0 0 0 "
+        b"21 2\n", b"  1: 00000000:270F 00000000:0000 07 0 0 0 0 0 notanumber 2\n",
+        b"  1: 00000000:" + b"F" * 5000 + b" 00000000:0000 07 0 0 0 0 0 22 2\n",  # port > 65535
+        b"  1: 00000000:270F 00000000 07 0 0 0 0 0 23 2\n",  # remote with no port
+        b"  1: 00000000:270F :0000 07 0 0 0 0 0 24 2\n",  # remote with no address
+        b"  1: 00000000:270F 00000000:0000 07 0 0 0 0 0 " + b"9" * 4000 + b" 2\n",
+        row(b"00000000:270F", b"00000000:0000", b"07", 25)))
+    rows = parse_tcp_rows(hostile)
+    assert udp_listening({21, 22, 23, 24, 25}, rows, EPHEMERAL_DEFAULT) == (9999,)
+    # many rows: bounded to MAX_PORTS ports, sorted
+    many = HEADER + b"".join(row(b"00000000:%04X" % (1000 + i), b"00000000:0000", b"07", i)
+                             for i in range(1, 200))
+    ports = udp_listening(set(range(1, 200)), parse_tcp_rows(many), EPHEMERAL_DEFAULT)
+    assert ports == tuple(range(1001, 1001 + kindfacts.MAX_PORTS))
+
+
+@pytest.mark.parametrize("text, expected", [
+    (b"32768\t60999\n", (32768, 60999)), (b"1024 65000", (1024, 65000)),
+    (b"", EPHEMERAL_DEFAULT), (b"abc def", EPHEMERAL_DEFAULT), (b"5000 3000", EPHEMERAL_DEFAULT),
+    (b"1 2 3", EPHEMERAL_DEFAULT), (b"0 100", EPHEMERAL_DEFAULT),
+    (b"1024 70000", EPHEMERAL_DEFAULT), (b"9" * 60, EPHEMERAL_DEFAULT)])
+def test_the_ephemeral_range_read_or_linuxs_default(text, expected):
+    assert parse_ephemeral_range(text) == expected
+
+
+def fixed_port_socket(family: int, host: str) -> socket.socket:
+    """A UDP socket bound to a free port below this host's ephemeral range."""
+    low = kindfacts.ephemeral_range()[0]
+    for port in range(max(low - 12000, 1024), low):
+        sock = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            sock.bind((host, port))
+            return sock
+        except OSError:
+            sock.close()
+    raise AssertionError("no free UDP port below the ephemeral range")
+
+
+def test_this_processs_own_sockets_read_from_proc():
+    """Real sockets of this process, read from /proc as the daemon reads any process's."""
+    client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # statsd-like: unbound, sendto
+    client.sendto(b"job.step:1|c", ("127.0.0.1", 8125))
+    v4, v6 = fixed_port_socket(socket.AF_INET, "0.0.0.0"), fixed_port_socket(
+        socket.AF_INET6, "::")
+    loopback = fixed_port_socket(socket.AF_INET, "127.0.0.1")
+    connected = fixed_port_socket(socket.AF_INET, "127.0.0.1")
+    connected.connect(("127.0.0.1", 53))
+    named = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # the kernel's port, our address
+    named.bind(("127.0.0.1", 0))
+    try:
+        facts = read_kind_facts(os.getpid(), time.time())
+        ports = set(facts.udp_ports)
+        assert {v4.getsockname()[1], v6.getsockname()[1], loopback.getsockname()[1],
+                named.getsockname()[1]} <= ports
+        assert client.getsockname()[1] not in ports
+        assert connected.getsockname()[1] not in ports
+    finally:
+        for sock in (client, v4, v6, loopback, connected, named):
+            sock.close()
+
+
+def test_a_udp_listener_is_a_server_and_a_statsd_client_a_job():
+    facts = KindFacts(udp_ports=(9999,))
+    kind = classify_kind("python3 detect.py", facts, gpu_use="bursty")
+    assert kind.kind == ONLINE_INFERENCE and kind.serves and kind.udp_ports == (9999,)
+    assert "listens on UDP port 9999" in kind.evidence
+    assert not any("no port it serves" in e for e in kind.evidence)
+    job = classify_kind("python3 train.py", KindFacts(), gpu_use="bursty")
+    assert job.kind == TRAINING and not job.serves
+
+
+def test_where_a_server_serves_in_words():
+    assert served_on((8000,), (), 0) == "TCP port 8000"
+    assert served_on((8000, 8001), (9999,), 1) == \
+        "TCP ports 8000, 8001; UDP port 9999; 1 unix socket"
+    assert served_on((), (), 2) == "2 unix sockets"  # probe 143 F3: not "TCP no port seen"
+    assert served_on((), (), 0) == "no port seen"
+
+
+def test_a_child_of_a_udp_server_is_its_worker():
+    assert serving_parent(50, KindFacts(udp_ports=(9999,)), KindFacts()) == 50
+    assert serving_parent(50, KindFacts(udp_ports=(9999,)), KindFacts(parent="torchrun")) == 0
+
+
+LISTENER = """
+import socket, sys, time
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for port in range(max(low - 12000, 1024), low):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.bind(("0.0.0.0", port))
+        break
+    except OSError:
+        s.close()
+print(port, flush=True)
+time.sleep(300)
+"""
+CLIENT = """
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.sendto(b"job.step:1|c", ("127.0.0.1", 8125))
+print(s.getsockname()[1], flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.fixture
+def child():
+    started = []
+
+    def start(program: str) -> tuple[int, int]:
+        proc = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE,
+                                text=True)
+        started.append(proc)
+        return proc.pid, int(proc.stdout.readline())
+
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_action_refuses_a_udp_listener_and_not_a_statsd_client(child):
+    pid, port = child(LISTENER)
+    with pytest.raises(actions.ActionError) as refused:
+        actions._refuse_a_server(pid, psutil.Process(pid))
+    assert refused.value.status == 409
+    assert f"is serving (it listens on UDP port {port})" in str(refused.value)
+    client, _ = child(CLIENT)
+    actions._refuse_a_server(client, psutil.Process(client))  # a client: not refused
+
+
+def test_a_cut_udp_table_that_hides_a_listener_leaves_it_unknown(child, monkeypatch):
+    pid, port = child(LISTENER)
+    monkeypatch.setattr(kindfacts, "MAX_NET_BYTES", 2048)  # ~13 rows
+    fillers: list[socket.socket] = []
+
+    def hidden() -> bool:
+        for _ in range(50):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock.bind(("127.0.0.1", 0))
+            fillers.append(sock)
+        rows, cut, _ = kindfacts._udp_rows(pid, None)
+        return bool(cut) and port not in {r[0] for r in rows}
+
+    try:
+        poll(hidden, 60, "the listener's row past the cap", every=0)
+        facts = read_kind_facts(pid, time.time())
+        assert facts.udp_ports == () and facts.sockets_unknown
+        with pytest.raises(actions.ActionError) as refused:
+            actions._refuse_a_server(pid, psutil.Process(pid))
+        assert refused.value.status == 409 and "may be serving" in str(refused.value)
+    finally:
+        for sock in fillers:
+            sock.close()
+
+
+@pytest.mark.parametrize("kind, said", [
+    (Kind(ONLINE_INFERENCE, 0.8, serves=True, udp_ports=(9999,)), "serves (UDP port 9999)"),
+    # probe 143 F3: a unix-socket server read "serves (TCP no port seen)"
+    (Kind(ONLINE_INFERENCE, 0.8, serves=True, unix_listening=1), "serves (1 unix socket)"),
+    (Kind(ONLINE_INFERENCE, 0.8, serves=True, listening_ports=(8000,)),
+     "serves (TCP port 8000)")])
+def test_an_idle_servers_advice_says_where_it_serves_and_never_the_sigterm(kind, said):
+    found = advice(held(), {"idle": WAITING}, kind=kind)
+    assert "idle_gpu_held" not in found, sorted(found)
+    [rec] = found["idle_server"]
+    assert said in rec.summary and "no port seen" not in rec.summary, rec.summary
