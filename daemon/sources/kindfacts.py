@@ -406,20 +406,23 @@ def _read_table(path: str) -> tuple[bytes, bool]:
 
 def _tcp_rows(pid: int, tables: TcpTables | None) -> tuple[list[TcpRow], list[str]]:
     """The TCP rows of pid's network namespace, read once per namespace per round."""
-    def read() -> tuple[list[TcpRow], list[str]]:
-        rows: list[TcpRow] = []
-        cut_tables: list[str] = []
-        for table in ("tcp", "tcp6"):
-            try:
-                data, cut = _read_table(f"/proc/{pid}/net/{table}")
-            except OSError:
-                continue
-            if cut:
-                cut_tables.append(table)
-            rows += parse_tcp_rows(data)
-        return rows, cut_tables
+    return _once_per_netns(pid, tables, lambda: _read_tables(pid, ("tcp", "tcp6")))
 
-    return _once_per_netns(pid, tables, read)
+
+def _read_tables(pid: int, names: tuple[str, ...]) -> tuple[list[TcpRow], list[str]]:
+    """The rows of pid's /proc/PID/net tables `names` (TCP's layout, UDP's too), and those of
+    them cut at MAX_NET_BYTES."""
+    rows: list[TcpRow] = []
+    cut_tables: list[str] = []
+    for table in names:
+        try:
+            data, cut = _read_table(f"/proc/{pid}/net/{table}")
+        except OSError:
+            continue
+        if cut:
+            cut_tables.append(table)
+        rows += parse_tcp_rows(data)
+    return rows, cut_tables
 
 
 # One read of a network namespace's UDP tables per refresh round: netns id -> (rows, cut tables,
@@ -481,17 +484,7 @@ def _udp_rows(pid: int, tables: UdpTables | None
     """The UDP rows of pid's network namespace (the same layout as TCP's), read once per
     namespace per round, with the ephemeral range."""
     def read() -> tuple[list[TcpRow], list[str], tuple[int, int]]:
-        rows: list[TcpRow] = []
-        cut_tables: list[str] = []
-        for table in ("udp", "udp6"):
-            try:
-                data, cut = _read_table(f"/proc/{pid}/net/{table}")
-            except OSError:
-                continue
-            if cut:
-                cut_tables.append(table)
-            rows += parse_tcp_rows(data)
-        return rows, cut_tables, ephemeral_range()
+        return (*_read_tables(pid, ("udp", "udp6")), ephemeral_range())
 
     return _once_per_netns(pid, tables, read)
 
