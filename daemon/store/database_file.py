@@ -41,7 +41,13 @@ from typing import TYPE_CHECKING, Any
 import sqlite_utils
 
 from daemon.store.errors import StoreError, is_corruption
-from daemon.store.files import DB_SUFFIXES, RefusedFile, check_existing, open_private
+from daemon.store.files import (
+    DB_SUFFIXES,
+    RefusedFile,
+    check_existing,
+    open_private,
+    process_alive,
+)
 
 if TYPE_CHECKING:
     from daemon.store.health import StoreHealth
@@ -85,7 +91,7 @@ def take_back_kept_wal(path: str) -> None:
         return
     for kept_name in names:
         pid = kept_name[len(prefix):]
-        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+        if not pid.isdigit() or int(pid) == os.getpid() or process_alive(int(pid)):
             continue
         kept = os.path.join(folder, kept_name)
         with contextlib.suppress(OSError):
@@ -96,16 +102,6 @@ def take_back_kept_wal(path: str) -> None:
                 os.unlink(kept)
             else:
                 os.replace(kept, path + "-wal")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class DatabaseFile:

@@ -402,7 +402,8 @@ def temp_owner(name: str) -> int | None:
     return int(found.group("pid")) if found else None
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` exists (a signal 0 reaches it, or it is someone else's)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -424,7 +425,7 @@ def remove_stale_temp_files(folder: Path) -> list[str]:
         return []
     for name in names:
         pid = temp_owner(name)
-        if pid is None or pid == os.getpid() or _alive(pid):
+        if pid is None or pid == os.getpid() or process_alive(pid):
             continue
         path = folder / name
         try:
