@@ -290,6 +290,7 @@ _MONGO = _Program({"-p": _UNLESS_PROMPTED})
 # OpenLDAP's clients; the flags are those of any of them that take no value (`-a`, `-r`, `-z`
 # take one in some: a word they start is then read as flags, and `-w` in it hides more).
 _LDAP = _Program({"-w": _WHOLE}, flags="AILMNQVWZacnrtuvxz")
+_LFTP = _Program({"-u": _AFTER_COMMA, "--user": _AFTER_COMMA}, flags="d")
 _SAMBA = _Program({"-U": _AFTER_PERCENT, "--user": _AFTER_PERCENT}, flags="BEINPegkq")
 # The program by its basename (`/usr/bin/curl`). Its options are looked for wherever it starts
 # a word: argv[0], after a wrapper (`env`, `sudo -u x`, `timeout 60`, `xargs`), inside a shell's
@@ -313,7 +314,11 @@ PROGRAM_OPTIONS: Mapping[str, _Program] = {
                      "ldapcompare", "ldapmodrdn", "ldapexop"), _LDAP),
     # and the old (`-a`) and new (`-s`) password of the entry it changes
     "ldappasswd": _Program({"-w": _WHOLE, "-a": _WHOLE, "-s": _WHOLE}, flags="AINQSVWZnvx"),
-    "lftp": _Program({"-u": _AFTER_COMMA, "--user": _AFTER_COMMA}, flags="d"),
+    "lftp": _LFTP,
+    # lftp's own `open` command, in the commands it is given (`lftp -c 'open -u user,PASSWORD
+    # host'`, `lftp -e ...`, its scripts); elsewhere `open -u` takes no value (openvt), so a
+    # comma in the next word is rare and hiding what follows it costs nothing
+    "open": _LFTP,
     # Samba's clients: `-U [DOMAIN\\]user%PASSWORD`, `--user=user%PASSWORD`
     **dict.fromkeys(("smbclient", "rpcclient", "smbcacls", "smbcquotas", "smbtree", "net"),
                     _SAMBA),

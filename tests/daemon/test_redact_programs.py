@@ -114,6 +114,12 @@ def test_a_programs_password_options_are_hidden_in_a_text(text, shown):
     (["lftp", "-p", "2121", "-u", "bob,lftpPw1", "ftp.example.com"],
      f"lftp -p 2121 -u bob,{R} ftp.example.com"),
     (["lftp", "--user=bob,lftpPw2", "-u", "alice", "h"], f"lftp --user=bob,{R} -u alice h"),
+    # and lftp's own `open -u` in the commands it runs (-c, -e), alone or after other commands
+    (["lftp", "-c", "open -u bob,lftpPw4 ftp.example.com; get f"],
+     f"lftp -c open -u bob,{R} ftp.example.com; get f"),
+    (["lftp", "-e", "set ssl:verify-certificate no; open -d -u bob,lftpPw5 -p 21 h"],
+     f"lftp -e set ssl:verify-certificate no; open -d -u bob,{R} -p 21 h"),
+    (["lftp", "-c", "open -u bob ftp.example.com"], "lftp -c open -u bob ftp.example.com"),
     # Samba: -U user%PASSWORD (a DOMAIN\\ before the user), --user=; only after the %
     (["smbclient", "//srv/share", "-U", "bob%smbPw1"], f"smbclient //srv/share -U bob%{R}"),
     (["smbclient", "-L", "srv", "--user=EXAMPLE\\bob%smbPw2"],
