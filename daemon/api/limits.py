@@ -44,6 +44,11 @@ MAX_HEADERS = 128
 LOG_EVERY_S = 60.0
 # aiohttp's words for a request past max_headers (headers, or chunked trailers)
 _TOO_MANY_HEADERS = ("Too many headers", "Too many trailers")
+# and for a header that may come once (RFC 9110's singletons, aiohttp's SINGLETON_HEADERS)
+_DUPLICATE = "Duplicate "
+_SINGLETON_HEADERS = ("Content-Length", "Content-Location", "Content-Range", "Content-Type",
+                      "ETag", "Host", "Max-Forwards", "Server", "Transfer-Encoding",
+                      "User-Agent")
 
 
 class RateLimitedLog:
@@ -83,6 +88,17 @@ def _describe(exc: BaseException | None, status: int) -> tuple[str, str]:
     if isinstance(exc, BadHttpMessage) and exc.message.startswith(_TOO_MANY_HEADERS):
         return "too-many-headers", (f"the request has more than {MAX_HEADERS} headers; send "
                                     "fewer")
+    if isinstance(exc, BadHttpMessage) and exc.message.startswith(_DUPLICATE):
+        # `Duplicate 'Host' header found.` (aiohttp), `Duplicate Content-Length:` and the
+        # request's line (llhttp): the name is one of the singleton headers, said in our own
+        # spelling (never the request's bytes)
+        said = exc.message[len(_DUPLICATE):].lstrip("'").lower()
+        name = next((known for known in _SINGLETON_HEADERS
+                     if said.startswith(known.lower()) and said[len(known):][:1] in ("'", ":")),
+                    None)
+        if name is not None:
+            return f"duplicate-header:{name}", (f"the request has the {name} header more than "
+                                                "once; send it once")
     if isinstance(exc, BadHttpMethod):
         return "bad-method", "the request line is not HTTP (a bad method); send HTTP/1.1"
     if isinstance(exc, HttpProcessingError):

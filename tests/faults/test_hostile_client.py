@@ -127,6 +127,25 @@ def test_more_headers_than_the_limit_is_a_400_that_says_so(daemon, token, port, 
     assert health_over_tcp(port, token)["ok"]
 
 
+@pytest.mark.parametrize("name", [b"Host", b"content-length"])
+def test_a_header_sent_twice_that_may_come_once_is_a_400_that_names_it(daemon, token, port,
+                                                                       name):
+    """A second Host (or Content-Length) header was answered the generic `malformed HTTP
+    request (BadHttpMessage: ...)`; it now names the header (note61 left it)."""
+    head = [b"Host: x", b"Authorization: Bearer " + token.encode(), b"Content-Length: 0",
+            name + b": 0"]
+    status, body = exchange(port, b"GET /v1/health HTTP/1.1\r\n" + b"\r\n".join(head)
+                            + b"\r\n\r\n")
+    shown = {b"Host": "Host", b"content-length": "Content-Length"}[name]
+    assert status == 400
+    assert json.loads(body)["error"] == f"the request has the {shown} header more than once; " \
+                                        "send it once"
+    assert token.encode() not in body
+    poll(lambda: f"the {shown} header more than once" in daemon.log(), 30,
+         "the log line about the header sent twice", explain=daemon.log_tail)
+    assert health_over_tcp(port, token)["ok"]
+
+
 def test_a_kind_held_back_is_counted_in_its_next_line_a_minute_later(caplog):
     now = [1000.0]
     limited = RateLimitedLog(logging.getLogger("test.limits"), every_s=60, clock=lambda: now[0])
