@@ -306,7 +306,12 @@ def answer(now: Mapping[str, Any], history: History | None, *, for_s: float,
                 "reason": f"idle now, but only for {int(idle_for)} s of the asked "
                           f"{for_s:.0f} s: a GPU was busy until then",
                 "basis": MEASURED, "confidence": KERNELS_CONFIDENCE}
+    # the history's first tick at the look-back's start: the store may hold more before it
+    reached = (history.first_tick is not None
+               and history.first_tick - history.since <= max(history.width_s, 2 * interval_s))
     held = (f"at least {idle_for:.0f} s (since the recording resumed after a hole)" if resumed
+            else f"at least {idle_for:.0f} s (as far back as it looks: "
+                 f"{(history.until - history.since) / 3600:.3g} h)" if from_start and reached
             else f"at least {idle_for:.0f} s (all the history holds)" if from_start
             else f"{idle_for:.0f} s")
     return {**base, "active": False, "since": since, "since_is_history_start": from_start,

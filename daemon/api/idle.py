@@ -26,6 +26,9 @@ log = logging.getLogger("mlcostd")
 
 MAX_FOR_S = 30 * 86400  # openapi.py documents it
 LOOKBACK_S = 3600.0  # how far back "since" is looked for when `for` asks less
+# and how far back it is looked for, once more, when the stretch reaches the look-back's start
+# while the store was recording then (minute rollups past [store].raw_retention)
+LONG_LOOKBACK_S = 86400.0
 MAX_POINTS = 600
 READ_TIMEOUT_S = 3.0
 _NUMBER = re.compile(r"[0-9]+(\.[0-9]+)?")
@@ -84,6 +87,17 @@ def read_history(db: Path, since: float, until: float, for_s: float,
             width >= 60)
 
 
+def reaches_look_back_start(result: dict[str, Any], history: idleness.History,
+                            interval_s: float) -> bool:
+    """Whether the answer's stretch (idle or active) begins where the look-back window does,
+    with the store recording then: it may begin further back."""
+    since, first = result.get("since"), history.first_tick
+    if not result.get("since_is_history_start") or since is None or first is None:
+        return False
+    near = max(history.width_s, 2 * interval_s)
+    return since - history.since <= near and first - history.since <= near
+
+
 async def idle_answer(daemon: Any, for_s: float) -> dict[str, Any]:
     """The answer for the running daemon; any failure answers active (fail safe)."""
     try:
@@ -93,19 +107,34 @@ async def idle_answer(daemon: Any, for_s: float) -> dict[str, Any]:
             return idleness.answer(document, None, for_s=for_s, idle_utilization_pct=0,
                                    interval_s=1)
         until = clock.now()
-        since = until - max(for_s, LOOKBACK_S)
         gpus = [g.get("index") for g in document.get("gpus", [])]
         interval = daemon.config.daemon.interval
-        history, rollups = await asyncio.wait_for(asyncio.to_thread(
-            read_history, daemon.db, since, until, for_s, gpus, interval), READ_TIMEOUT_S + 2)
+
+        async def look_back(seconds: float) -> tuple[idleness.History, bool]:
+            return await asyncio.wait_for(asyncio.to_thread(
+                read_history, daemon.db, until - seconds, until, for_s, gpus, interval),
+                READ_TIMEOUT_S + 2)
+
+        history, rollups = await look_back(max(for_s, LOOKBACK_S))
         # the periodic jobs of the rules' latest round: at work for host_idle, and so here
         periodic = daemon.analyzer.periodic() if daemon.analyzer is not None else {}
         # and those it found at work for what the tick alone does not show
         working = daemon.analyzer.working() if daemon.analyzer is not None else {}
-        return idleness.answer(document, history, for_s=for_s,
-                               idle_utilization_pct=daemon.config.idle.utilization,
-                               interval_s=interval, rollups=rollups, periodic=periodic,
-                               working=working)
+
+        def judged(history: idleness.History) -> dict[str, Any]:
+            # the verdict's confidence is the fine look-back's (`rollups`), whichever says since
+            return idleness.answer(document, history, for_s=for_s,
+                                   idle_utilization_pct=daemon.config.idle.utilization,
+                                   interval_s=interval, rollups=rollups, periodic=periodic,
+                                   working=working)
+
+        result = judged(history)
+        if for_s < LONG_LOOKBACK_S and reaches_look_back_start(result, history, interval):
+            # idle (or active) for the whole hour, and recorded before it: since when, further
+            # back (a `since` at the hour's start would move with each call, and "all the
+            # history holds" would be wrong)
+            result = judged((await look_back(LONG_LOOKBACK_S))[0])
+        return result
     except (asyncio.TimeoutError, TimeoutError):
         return idleness.fail_safe(f"the store's history did not answer within "
                                   f"{READ_TIMEOUT_S + 2:g} s", for_s=for_s)
