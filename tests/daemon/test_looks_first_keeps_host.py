@@ -82,6 +82,13 @@ LOOKS_FIRST = {
         lambda: idle_job(), lambda s: idle_held_phases(s, f"{FD_WAIT}: `select.select(r, [], [])`",
                                                        idle=1.0),
         Kind(TRAINING, 0.6, ("test",), peer_connections=2), None, rules_idle.ON_PEERS),
+    # probe 143 F10: a UDP server on 0.0.0.0 on a port in the ephemeral range reads as a
+    # statsd client's socket; waiting on its sockets, it may be serving datagrams
+    "waiting on its sockets with a UDP port on all addresses": (
+        lambda: idle_job(), lambda s: idle_held_phases(
+            s, "waiting in select (selectors.py:468 EpollSelector.select)", idle=1.0),
+        Kind(TRAINING, 0.6, ("test",), udp_wildcard_ports=(47151,)), None,
+        rules_idle.ON_DATAGRAMS),
     "an asyncio loop a timer wakes": (
         lambda: idle_job(), lambda s: idle_held_phases(
             s, f"{TIMER_WAIT} (selectors.py:468 EpollSelector.select)", idle=1.0),
@@ -115,6 +122,10 @@ STOPPED_AS_IS = {
     "a notebook whose cell ran, then its prompt": (
         lambda: idle_job(runs={2}, command="python -m ipykernel_launcher"),
         lambda s: idle_held_phases(s, EVENT, idle=0.66, compute=0.34), NOTEBOOK, None),
+    # a statsd client's socket (the same row as a server's) while it sleeps: no server sleeps
+    "a plain sleep with a statsd client's UDP socket": (
+        lambda: idle_job(), lambda s: idle_held_phases(s, SLEEP, idle=1.0),
+        Kind(TRAINING, 0.6, ("test",), udp_wildcard_ports=(47151,)), None),
     # state T: nothing of it runs until it is continued; its runs before the stop count not
     "a periodic job stopped by SIGSTOP": (
         lambda: idle_job(runs={5, 20, 35}), lambda s: idle_held_phases(
