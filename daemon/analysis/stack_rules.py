@@ -489,6 +489,11 @@ SOURCE_CALLS: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
         (r"\b(select|poll|epoll_wait)\(", IDLE, FD_WAIT),
         # a hand-rolled server's `conn, addr = sock.accept()` (C): waiting for its next client
         (r"\.accept\(\s*\)", IDLE, "waiting for a client to connect (accept)"),
+        # `signal.pause()` and its kin (C): woken by a signal another process sends, to work
+        # (a reload, a re-scoring) or to stop; which one no stack says (probe 143 F8)
+        (r"\bsignal\.(pause|sigwait|sigwaitinfo|sigtimedwait)\(", IDLE,
+         "waiting for a signal (another process may poke it to work, or it waits to be "
+         "stopped)"),
         # (a thread's or a process's join takes no argument but a timeout: `os.path.join(d,
         # "model.pt")` and `" ".join(words)` join strings)
         (r"\b(time\.)?sleep\(|\binput\(|\.wait\(|\.join\(\s*(\)|[\w.]*timeout|[\d.])|"
