@@ -72,6 +72,7 @@ from daemon.analysis.stack_rules import (
     FD_WAITS,
     JOB_WAIT,
     LOCK_WAIT,
+    SIGNAL_WAIT,
     SLEEP_CALL,
     SLEEP_WAIT,
     STOPPED,
@@ -243,12 +244,21 @@ def one_run_then_sleeps(proc: ProcessWindow, a: Analysis) -> Mapping[str, Any] |
     (longest_period_s): a periodic job in its first interval (one run seen: after it starts,
     after the daemon restarts, or every interval where its period outlasts the window) reads
     so, as does a job that ran once and finished; nothing the window holds tells them apart,
-    so idle_gpu_held looks first and the host is not stopped. None otherwise (a warm-up pass,
-    then a sleep, keeps the SIGTERM; so does one watched idle past the longest period)."""
+    so idle_gpu_held looks first and the host is not stopped. So does a wait for a signal
+    (`signal.pause()`: a job another process pokes to run reads the same, probe 143 F8). None
+    otherwise (a warm-up pass, then a sleep, keeps the SIGTERM; so does one watched idle past
+    the longest period, and a wait for a signal before any run: it may wait to be stopped)."""
     if (proc.kind.kind == NOTEBOOK or not ran_before(proc)
             or proc.idle_watched_s(a.end) >= a.limit("longest_period_s")):
         return None
-    return sleeps(proc)
+    return sleeps(proc) or waits_for_signal(proc)
+
+
+def waits_for_signal(proc: ProcessWindow) -> Mapping[str, Any] | None:
+    """The top stack of its idle phase where it waits for a signal (SIGNAL_WAIT); else None."""
+    top = next(iter((proc.phases.get(IDLE) or {}).get("top_stacks") or []), None)
+    return top if isinstance(top, Mapping) and str(top.get("reason", "")).startswith(
+        SIGNAL_WAIT) else None
 
 
 def ran_unseen(proc: ProcessWindow, a: Analysis) -> bool:
@@ -357,9 +367,11 @@ def _look_first_periodic(proc: ProcessWindow) -> dict[str, object]:
                          signal_command(proc.pid, proc.start_time)]}
 
 
-def _look_first_one_run(proc: ProcessWindow, where: str) -> dict[str, object]:
-    """One run of work, then a plain sleep: a periodic job's first interval or a finished job.
-    A run before the window (its history) says when mlcostd last saw it run."""
+def _look_first_one_run(proc: ProcessWindow, where: str, how: str = "sleeps"
+                        ) -> dict[str, object]:
+    """One run of work, then a plain sleep (`how`: or a wait for a signal): a periodic job's
+    first interval or a finished job. A run before the window (its history) says when mlcostd
+    last saw it run."""
     ran = proc.kernel_s_seen
     earlier = proc.history.work_at if proc.history else None
     when = (f" (its run last seen at {utc_clock(earlier)}, before the window the rules read, "
@@ -367,7 +379,7 @@ def _look_first_one_run(proc: ProcessWindow, where: str) -> dict[str, object]:
             else "")
     return {"kind": "copy_commands",
             "text": f"pid {proc.pid} ran {ran:.0f} s of kernels{when}, then "
-                    f"sleeps ({where}): one run seen: a periodic job between its runs looks the "
+                    f"{how} ({where}): one run seen: a periodic job between its runs looks the "
                     "same (its next run may come after the window). Look at what it waits for "
                     "before stopping it; if it runs again, release the GPU between runs (start "
                     "it per run, or unload the model while it waits); stop it only if it is done",
@@ -585,9 +597,11 @@ def idle_verdict(proc: ProcessWindow, a: Analysis) -> IdleVerdict:
     one_run = one_run_then_sleeps(proc, a)
     if one_run is not None:
         slept = f"{one_run.get('file')}:{one_run.get('line')}"
+        how = ("waits for a signal" if str(one_run.get("reason", "")).startswith(SIGNAL_WAIT)
+               else "sleeps")
         return IdleVerdict(
-            ONE_RUN, lambda: _look_first_one_run(proc, slept),
-            lambda: f"ran {proc.kernel_s_seen:.0f} s of kernels, then sleeps: one run seen, a "
+            ONE_RUN, lambda: _look_first_one_run(proc, slept, how),
+            lambda: f"ran {proc.kernel_s_seen:.0f} s of kernels, then {how}: one run seen, a "
                     "periodic job between its runs may run again (stopping the host would stop "
                     "its next run)")
     if ran_unseen(proc, a):
