@@ -15,6 +15,12 @@ process that has exited goes at once (no condition of a gone process can come ba
 notice that says so. So does a held finding that a newer one of its rule supersedes: a rule that
 finds one thing at a time for something wider than its target (one straggler per job, the
 target its rank) gives its findings a slot (Finding.slot), and the book shows one per slot.
+So does a SIGTERM (idle_gpu_held's kill action): it is offered only while its condition holds
+(the process idles with no sign of work or of serving); an evaluation that does not find it
+says the process worked or served since (a look first replaces the action under the same id:
+that is found, not held). Held, with its evidence frozen at its last idle window, it listed a
+kill for a process that had worked five times since (probe 143 F8). It goes with a notice;
+found again, it stands anew.
 Snoozes are not kept here: the runtime holds them (and the store persists them), in one place.
 """
 
@@ -35,6 +41,7 @@ DEFAULT_HOLD_S = 300.0
 RESOLVED = "recommendation_resolved"  # the notice's kind, beside the idle and budget events
 ACTIVE, HOLDING = "active", "holding"
 RECENT_RESOLVED = 20
+KILL_ACTIONS = frozenset({"sigterm"})  # actions never held past their condition
 
 
 @dataclass
@@ -64,12 +71,21 @@ class BookEntry:
                 "resolves_at": None if false_since is None else false_since + hold_s}
 
 
+def is_kill(rec: Finding) -> bool:
+    """Whether its action stops a process (KILL_ACTIONS): never held past its condition."""
+    return (rec.action or {}).get("kind") in KILL_ACTIONS
+
+
 def resolved_notice(entry: BookEntry, at: float, hold_s: float, exited: bool = False,
-                    superseded_by: Finding | None = None) -> dict[str, Any]:
+                    superseded_by: Finding | None = None, kill: bool = False
+                    ) -> dict[str, Any]:
     """The event document that says a recommendation went: an Event of /v1/now's events."""
     rec = entry.recommendation
     if exited:
         why = "its process exited"
+    elif kill:
+        why = ("the process no longer idles as it did (it worked or served since): a SIGTERM "
+               "is never held past its condition")
     elif superseded_by is not None:
         why = f"superseded by a newer {superseded_by.rule} finding, about {superseded_by.target}"
     else:
@@ -136,6 +152,9 @@ class RecommendationBook:
             elif newer is not None:
                 entry.false_since = now - self.hold_s  # its slot has a newer one: not shown
                 notices.append(resolved_notice(entry, now, self.hold_s, superseded_by=newer))
+            elif is_kill(old):
+                entry.false_since = now - self.hold_s  # a kill is not held: not shown
+                notices.append(resolved_notice(entry, now, self.hold_s, kill=True))
             elif now - entry.false_since >= self.hold_s:
                 notices.append(resolved_notice(entry, now, self.hold_s))
         self.resolved.extend(notices)

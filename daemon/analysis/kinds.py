@@ -254,6 +254,10 @@ class Kind:
     # that listens serves.
     udp_ports: tuple[int, ...] = ()
     unix_listening: int = 0  # unix sockets it listens on (KindFacts.unix_listening)
+    # Its unconnected UDP sockets on all addresses on a port in the ephemeral range
+    # (KindFacts.udp_wildcard_ports): a client's or a server's. Waiting on its sockets, it may
+    # be serving datagrams (rules/idle.py looks first).
+    udp_wildcard_ports: tuple[int, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "kind_confidence": round(self.confidence, 2),
@@ -262,7 +266,8 @@ class Kind:
                 "kind_source": self.source, "connections_caught": self.connections_caught,
                 "connections_over_s": self.connections_over_s,
                 "peer_connections": self.peer_connections,
-                "udp_ports": list(self.udp_ports)}
+                "udp_ports": list(self.udp_ports),
+                "udp_wildcard_ports": list(self.udp_wildcard_ports)}
 
 
 def served_on(tcp: Sequence[int], udp: Sequence[int], unix: int) -> str:
@@ -273,6 +278,13 @@ def served_on(tcp: Sequence[int], udp: Sequence[int], unix: int) -> str:
     if unix:
         said.append(f"{unix} unix socket{'s' if unix > 1 else ''}")
     return "; ".join(said) or "no port seen"
+
+
+def held_on_all_addresses(ports: Sequence[int]) -> str:
+    """Where a process may serve datagrams (Kind.udp_wildcard_ports), in words: "UDP port
+    47151 on all addresses" (four ports at most)."""
+    return (f"UDP port{'s' if len(ports) > 1 else ''} {', '.join(str(p) for p in ports[:4])} "
+            "on all addresses")
 
 
 def gpu_use_shape(active: Sequence[bool]) -> str | None:
@@ -457,7 +469,8 @@ def classify_kind(command: str, facts: KindFacts | None,
               and best != NOTEBOOK)
     caught: dict[str, Any] = {"peer_connections": facts.other_connections if facts else 0,
                               "sockets_unknown": unknown, "udp_ports": udp,
-                              "unix_listening": unix}
+                              "unix_listening": unix,
+                              "udp_wildcard_ports": facts.udp_wildcard_ports if facts else ()}
     if ports and facts is not None and facts.first_sockets_read_at is not None:
         caught.update(connections_caught=facts.connections_caught,
                       connections_over_s=max(facts.sockets_read_at
@@ -507,9 +520,14 @@ def recorded_kind(value: Any) -> dict[str, Any]:
             and not isinstance(over, bool) and over >= 0 else None,
             "peer_connections": peers if isinstance(peers := kind.get("peer_connections"), int)
             and not isinstance(peers, bool) and peers >= 0 else 0,
-            "udp_ports": [p for p in udp[:16] if isinstance(p, int) and not isinstance(p, bool)
-                          and 0 < p < 65536]
-            if isinstance(udp := kind.get("udp_ports"), list) else []}
+            "udp_ports": _ports(kind.get("udp_ports")),
+            "udp_wildcard_ports": _ports(kind.get("udp_wildcard_ports"))}
+
+
+def _ports(value: Any) -> list[int]:
+    """A stored list of ports, read as data: ports only, at most 16."""
+    return [p for p in value[:16] if isinstance(p, int) and not isinstance(p, bool)
+            and 0 < p < 65536] if isinstance(value, list) else []
 
 
 # Launchers whose children are jobs, whatever the launcher listens on (torchrun's rendezvous

@@ -103,6 +103,8 @@ STOPPED = "stopped (state T: Ctrl-Z or SIGSTOP)"
 CHILD_WAIT = "waiting for a child process it started"
 # A sleep, a prompt's input, an Event's or a thread's wait (the reason of the last line rule).
 SLEEP_WAIT = "sleeping or waiting"
+# `signal.pause()` and its kin: woken by a signal another process sends (SOURCE_CALLS).
+SIGNAL_WAIT = "waiting for a signal"
 # How a data wait's reason says that worker processes make the loop's input (a multiprocessing
 # Pool's results, a multiprocessing.Queue or pipe its running children fill): the prefetch patch
 # (rules/phases.py) then offers more of them, a deeper queue or faster ones, not a thread pool.
@@ -489,6 +491,10 @@ SOURCE_CALLS: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
         (r"\b(select|poll|epoll_wait)\(", IDLE, FD_WAIT),
         # a hand-rolled server's `conn, addr = sock.accept()` (C): waiting for its next client
         (r"\.accept\(\s*\)", IDLE, "waiting for a client to connect (accept)"),
+        # `signal.pause()` and its kin (C): woken by a signal another process sends, to work
+        # (a reload, a re-scoring) or to stop; which one no stack says (probe 143 F8)
+        (r"\bsignal\.(pause|sigwait|sigwaitinfo|sigtimedwait)\(", IDLE,
+         f"{SIGNAL_WAIT} (another process may poke it to work, or it waits to be stopped)"),
         # (a thread's or a process's join takes no argument but a timeout: `os.path.join(d,
         # "model.pt")` and `" ".join(words)` join strings)
         (r"\b(time\.)?sleep\(|\binput\(|\.wait\(|\.join\(\s*(\)|[\w.]*timeout|[\d.])|"

@@ -23,10 +23,12 @@ from daemon.analysis.kinds import (
     NOTEBOOK,
     PARENT_SOCKETS_UNKNOWN,
     classify_kind,
+    held_on_all_addresses,
     parent_sockets_unknown,
     served_on,
     serving_parent,
 )
+from daemon.analysis.stack_rules import FD_WAITS
 from daemon.sources.kindfacts import read_kind_facts
 from daemon.sources.procs import read_argv
 from daemon.sources.redact import redact_argv
@@ -76,7 +78,10 @@ def apply(recommendation: Mapping[str, Any], dry_run: bool = True, *,
                             "commands to run yourself (copied to the clipboard in mlcost-top)",
                             commands=commands)
     if kind == "sigterm":
-        return _sigterm(rec_id, action, dry_run, allow_actions)
+        evidence = recommendation.get("evidence")
+        seen = evidence.get("no_sign_of_work") if isinstance(evidence, Mapping) else None
+        return _sigterm(rec_id, action, dry_run, allow_actions,
+                        seen if isinstance(seen, Mapping) else None)
     if kind == "resize":
         return _resize(rec_id, action, dry_run, allow_actions, instance_id,
                        ec2_factory or _default_client("ec2"),
@@ -129,7 +134,9 @@ def _dry_run(rec_id: str, kind: str, would: str, refused: str | None,
 
 
 def _sigterm(rec_id: str, action: Mapping[str, Any], dry_run: bool,
-             allow_actions: bool) -> ActionResult:
+             allow_actions: bool, seen: Mapping[str, Any] | None = None) -> ActionResult:
+    """`seen`: what the rules saw of the process when they offered it (idle_gpu_held's
+    evidence "no_sign_of_work"), for _refuse_a_server."""
     pid, start = action.get("pid"), action.get("start_time")
     if not isinstance(pid, int) or not isinstance(start, int | float):
         raise ActionError(f"recommendation {rec_id} names no process (pid {pid!r})", 422)
@@ -140,7 +147,7 @@ def _sigterm(rec_id: str, action: Mapping[str, Any], dry_run: bool,
     # user's process take its pid: probe 138).
     pidfd = _pidfd(pid)
     try:
-        return _sigterm_held(rec_id, pid, float(start), pidfd, dry_run, allow_actions)
+        return _sigterm_held(rec_id, pid, float(start), pidfd, dry_run, allow_actions, seen)
     finally:
         if pidfd is not None:
             os.close(pidfd)
@@ -167,7 +174,7 @@ def _signal(pid: int, pidfd: int | None, signum: int) -> None:
 
 
 def _sigterm_held(rec_id: str, pid: int, start: float, pidfd: int | None, dry_run: bool,
-                  allow_actions: bool) -> ActionResult:
+                  allow_actions: bool, seen: Mapping[str, Any] | None = None) -> ActionResult:
     try:
         proc = psutil.Process(pid)
         created = proc.create_time()
@@ -182,7 +189,7 @@ def _sigterm_held(rec_id: str, pid: int, start: float, pidfd: int | None, dry_ru
     if abs(created - start) > START_TIME_TOLERANCE_S:
         raise ActionError(f"pid {pid} is now a different process (started {created:.2f}, the "
                           f"recommendation is about {start:.2f}); not signalled", 410)
-    _refuse_a_server(pid, proc)
+    _refuse_a_server(pid, proc, seen)
     stopped = _is_stopped(proc)
     # (each guarded by the start time, for a person who pastes them later: signal_command)
     steps = (f"{signal_command(pid, created)}   # {command}",
@@ -218,19 +225,47 @@ def _is_stopped(proc: psutil.Process) -> bool:
         return False
 
 
-def _refuse_a_server(pid: int, proc: psutil.Process) -> None:
+def _refuse_a_server(pid: int, proc: psutil.Process,
+                     seen: Mapping[str, Any] | None = None) -> None:
     """The rules never offer a server SIGTERM; this checks again, live, right before a signal
     (and in the dry run): a process that listens and has a client connected now is serving,
-    whatever the recommendation said when it was made. ActionError 409 when it serves."""
-    said = _serving(pid, proc)
+    whatever the recommendation said when it was made. ActionError 409 when it serves, or may
+    serve datagrams where the rules would look first (_may_serve_datagrams: `seen`, what they
+    saw when they offered the SIGTERM)."""
+    said = _serving(pid, proc, seen)
     if said is not None:
         raise ActionError(f"pid {pid} {said}; mlcostd never stops a server: scale it down or "
                           "stop it yourself", status=409)
 
 
-def _serving(pid: int, proc: psutil.Process) -> str | None:
+def _may_serve_datagrams(pid: int, ports: tuple[int, ...],
+                         seen: Mapping[str, Any] | None) -> str | None:
+    """Why `pid`, which holds unconnected UDP sockets on all addresses on ports in the
+    ephemeral range (`ports`, KindFacts.udp_wildcard_ports: a client's or a server's), may be
+    serving datagrams, as idle_verdict reads it: unless the rules saw all of them (`seen`,
+    idle_gpu_held's evidence "no_sign_of_work") with stacks that did not wait on its sockets
+    (a statsd client sleeping in time.sleep), its stacks now are not known: look first."""
+    if not ports:
+        return None
+    seen = seen or {}
+    known, waits = seen.get("udp_wildcard_ports"), seen.get("waiting_in")
+    top = waits[0] if isinstance(waits, list) and waits else None
+    reason = top.get("reason") if isinstance(top, Mapping) else None
+    if (isinstance(known, list) and set(ports) <= set(known) and isinstance(reason, str)
+            and not reason.startswith(FD_WAITS)):
+        return None
+    return (f"may be serving datagrams (it holds {held_on_all_addresses(ports)}, a client's "
+            "socket or a server's; the stacks its SIGTERM was offered on "
+            + ("wait on its sockets" if isinstance(reason, str) and reason.startswith(FD_WAITS)
+               else "did not see it hold them") +
+            f"): look with `ss -uanp | grep 'pid={pid},'` first")
+
+
+def _serving(pid: int, proc: psutil.Process,
+             seen: Mapping[str, Any] | None = None) -> str | None:
     """How `pid` serves now (it listens and has a client connected, or it is the worker of a
-    parent that listens and has served: Kind.serving_parent, as the rules have it), or None."""
+    parent that listens and has served: Kind.serving_parent, as the rules have it), or may
+    (_may_serve_datagrams), or None."""
     now = clock.now()
     try:
         facts = read_kind_facts(pid, now)
@@ -248,6 +283,9 @@ def _serving(pid: int, proc: psutil.Process) -> str | None:
         return f"is serving (it listens on {where}{clients})"
     if kind.sockets_unknown:  # no port seen in a cut table is not "no port"
         return (f"may be serving ({PARENT_SOCKETS_UNKNOWN}): look with `ss -ltnp` first")
+    datagrams = _may_serve_datagrams(pid, facts.udp_wildcard_ports, seen)
+    if datagrams is not None:
+        return datagrams
     # A parent that serves now makes it that server's worker, as the rules read it: not under
     # a job launcher (kinds.serving_parent), not for a notebook (a kernel is its user's), not
     # when the parent is this daemon (the simulated host's workloads are its children).

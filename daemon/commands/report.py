@@ -13,6 +13,7 @@ from typing import Any
 from daemon import clock
 from daemon.analysis import latency_report
 from daemon.analysis.balance import phase_balances
+from daemon.analysis.book import KILL_ACTIONS, RESOLVED
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, unseen_json
 from daemon.analysis.gpu_models import split_by_model
@@ -222,8 +223,8 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
         "processes": processes,
         "spend": window_cost["spend"],
         "events": queries.events(reader, start, end),
-        **_recommendations_review(queries.recommendations(
-            reader, end - max(since_s, recommendations_since_s or 0.0)), price, gpus),
+        **_recommendations_review(_with_resolutions(reader, queries.recommendations(
+            reader, end - max(since_s, recommendations_since_s or 0.0)), end), price, gpus),
     }
     # GPUs the price counts that NVML did not list: charged in the burn (idle, wasted)
     document["burn"].update(unseen_json(HostPrice.from_dict(price),
@@ -1068,8 +1069,40 @@ def _recommendations_review(recommendations: list[dict[str, Any]],
     return {"recommendations": recs, "savings": savings}
 
 
+def _with_resolutions(reader: StoreReader, recommendations: list[dict[str, Any]],
+                      end: float) -> list[dict[str, Any]]:
+    """`recommendations` as the range's end found them: one the live view let go by then (its
+    resolved notice at or after its last sighting: daemon.analysis.book) has status "resolved"
+    and `resolved_at`, where its stored document said the status of its last sighting. A
+    resolved SIGTERM's action is withdrawn (kind "advice"): the live view drops a kill as soon
+    as its condition goes false (the process worked or served since), and a report read later
+    must not offer it either (probe 143 F8)."""
+    if not recommendations:
+        return recommendations
+    since = min(float(r.get("last_seen") or end) for r in recommendations)
+    went: dict[str, float] = {}
+    for event in queries.events(reader, since, end):
+        ended = event.get("ended_at")
+        if event.get("kind") == RESOLVED and isinstance(ended, int | float) and ended <= end:
+            went[str(event.get("target"))] = max(ended, went.get(str(event.get("target")), ended))
+    for rec in recommendations:
+        at = went.get(f"{rec.get('rule')} {rec.get('target')}")
+        last = rec.get("last_seen")
+        if at is None or not isinstance(last, int | float) or at < last:
+            continue
+        rec.update(status="resolved", resolved_at=at, condition_false_since=None,
+                   resolves_at=None)
+        action = rec.get("action")
+        if isinstance(action, dict) and action.get("kind") in KILL_ACTIONS:
+            rec["action"] = {"kind": "advice", "text": (
+                f"no SIGTERM: withdrawn at {clock.local_time(at, date=False)}, when the process "
+                "no longer idled as it did (it worked or served since)")}
+    return recommendations
+
+
 def _evidence_note(rec: dict[str, Any]) -> str:
-    """'; preliminary: 0.2 h of 30 h observed; thresholds shortened' or ''."""
+    """'; preliminary: 0.2 h of 30 h observed; thresholds shortened; resolved 14:45:20' or
+    ''."""
     note = ""
     if rec.get("preliminary"):
         seen = float(rec.get("evidence_seconds") or 0.0) / 3600
@@ -1077,6 +1110,8 @@ def _evidence_note(rec: dict[str, Any]) -> str:
         note += f"; preliminary: {seen:.1f} h of {needed:g} h observed"
     if rec.get("thresholds_shortened"):
         note += "; thresholds shortened"
+    if rec.get("status") == "resolved" and isinstance(rec.get("resolved_at"), int | float):
+        note += f"; resolved {clock.local_time(rec['resolved_at'], date=False)}"
     return note
 
 

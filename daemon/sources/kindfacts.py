@@ -12,7 +12,9 @@ Read as root, so bounded and safe:
   (KindFacts.udp_ports). A client's unbound socket (statsd, DNS: a `sendto` from a training
   job) is given an ephemeral port on the wildcard address by the kernel and is no server; so
   is a connected one. A server bound to 0.0.0.0 or :: on a port inside the ephemeral range
-  reads as such a client: no read of the tables tells them apart. The UDP tables are read
+  reads as such a client: no read of the tables tells them apart, so those sockets are kept
+  apart (KindFacts.udp_wildcard_ports) for the rules, which look first where a process holding
+  one waits on its sockets (rules/idle.py). The UDP tables are read
   once per network namespace per round, and only for a process some of whose sockets are in
   no TCP row (0.05 ms with no UDP socket on the host, 5.3 ms with 1,000, read and parsed on a
   shared 2-core machine; beside ~10-30 ms for the TCP tables there). For a process that listens, the other end of
@@ -254,6 +256,9 @@ class KindFacts:
     # (see the module doc). A datagram leaves no connection to catch: listening is all a read
     # sees of a UDP server.
     udp_ports: tuple[int, ...] = ()
+    # Its unconnected UDP sockets on 0.0.0.0 or :: on a port inside the ephemeral range
+    # (udp_wildcard): a client's (statsd, DNS) or a server's; no table tells which.
+    udp_wildcard_ports: tuple[int, ...] = ()
 
     @property
     def served_others(self) -> bool:
@@ -479,6 +484,20 @@ def udp_listening(inodes: set[int] | frozenset[int], rows: list[TcpRow],
     return tuple(sorted(ports)[:MAX_PORTS])
 
 
+def udp_wildcard(inodes: set[int] | frozenset[int], rows: list[TcpRow],
+                 ephemeral: tuple[int, int]) -> tuple[int, ...]:
+    """The UDP ports among `inodes` that udp_listening leaves out as a client's: unconnected
+    sockets on the wildcard address (0.0.0.0, ::) on a port inside `ephemeral`. A statsd or
+    DNS client's socket, or a server's that bound such a port: no table tells them apart (its
+    stacks may: rules/idle.py looks first where it waits on its sockets). Sorted, at most
+    MAX_PORTS."""
+    low, high = ephemeral
+    ports = {port for port, state, inode, local, remote in rows
+             if inode in inodes and low <= port <= high and state != UDP_CONNECTED
+             and _no_address(remote) and _wildcard(local)}
+    return tuple(sorted(ports)[:MAX_PORTS])
+
+
 def _udp_rows(pid: int, tables: UdpTables | None
               ) -> tuple[list[TcpRow], list[str], tuple[int, int]]:
     """The UDP rows of pid's network namespace (the same layout as TCP's), read once per
@@ -548,45 +567,49 @@ def read_sockets(pid: int, tables: TcpTables | None = None
 def read_sockets_with_inodes(pid: int, tables: TcpTables | None = None
                              ) -> tuple[tuple[int, ...], frozenset[int], int, list[str]]:
     """As read_sockets, with the inodes of the accepted connections instead of their count."""
-    ports, accepted, other, truncated, _, _, _ = _read_sockets(pid, tables)
+    ports, accepted, other, truncated, _, _, _, _ = _read_sockets(pid, tables)
     return ports, accepted, other, truncated
 
 
 def _read_sockets(pid: int, tables: TcpTables | None = None,
                   udp_tables: UdpTables | None = None
                   ) -> tuple[tuple[int, ...], frozenset[int], int, list[str], int | None,
-                             _AcceptedEnds, tuple[int, ...]]:
+                             _AcceptedEnds, tuple[int, ...], tuple[int, ...]]:
     """As read_sockets_with_inodes, with the descriptor count where it had no TCP socket
     (_socket_inodes; a socket in no TCP table is a UDP, unix or other one), where each accepted
-    connection comes from (_AcceptedEnds), and the UDP ports it serves on (udp_listening: the
-    UDP tables are read only where some of its sockets are in no TCP row)."""
+    connection comes from (_AcceptedEnds), the UDP ports it serves on (udp_listening: the
+    UDP tables are read only where some of its sockets are in no TCP row) and those that may be
+    a client's or a server's (udp_wildcard)."""
     truncated: list[str] = []
     inodes, capped, steady_fds = _socket_inodes(pid)
     if capped:
         truncated.append("fd")
     if not inodes:
-        return (), frozenset(), 0, truncated, steady_fds, _NO_ENDS, ()
+        return (), frozenset(), 0, truncated, steady_fds, _NO_ENDS, (), ()
     all_rows, cut_tables = _tcp_rows(pid, tables)
     truncated += cut_tables
     rows = [r for r in all_rows if r[2] in inodes]
     udp: tuple[int, ...] = ()
+    wildcard: tuple[int, ...] = ()
     if len(rows) < len(inodes):
         left = inodes - {r[2] for r in rows}
         udp_rows, cut_udp, ephemeral = _udp_rows(pid, udp_tables)
         truncated += cut_udp
         udp = udp_listening(left, udp_rows, ephemeral)
+        wildcard = udp_wildcard(left, udp_rows, ephemeral)
         # (some may be its TCP or UDP sockets past a cut: see the caller)
         if cut_tables or cut_udp and not left <= {r[2] for r in udp_rows}:
             truncated.append(SOCKETS_UNMATCHED)
     if not rows:
         return ((), frozenset(), 0, truncated, None if cut_tables else steady_fds, _NO_ENDS,
-                udp)
+                udp, wildcard)
     listening = sorted({row[0] for row in rows if row[1] == TCP_LISTEN})
     ports = set(listening)
     established = [row for row in rows if row[1] == TCP_ESTABLISHED]
     accepted = frozenset(row[2] for row in established if row[0] in ports)
     return (tuple(listening[:MAX_PORTS]), accepted, len(established) - len(accepted),
-            truncated, None, _connection_ends(established, ports, all_rows, inodes), udp)
+            truncated, None, _connection_ends(established, ports, all_rows, inodes), udp,
+            wildcard)
 
 
 class _AcceptedEnds(NamedTuple):
@@ -866,7 +889,7 @@ class KindFactsReader:
         if sockets:
             if udp_tables is None:
                 udp_tables = {}
-            ports, inodes, other, cut, fds_without_tcp, ends, udp = _read_sockets(
+            ports, inodes, other, cut, fds_without_tcp, ends, udp, wildcard = _read_sockets(
                 pid, tables, udp_tables)
             accepted = len(inodes)
             self.reads += 1
@@ -885,7 +908,7 @@ class KindFactsReader:
                               is not None else now, inodes, fds_without_tcp, now,
                               facts.prompt, facts.unix_listening,
                               facts.job_connected_seen_at, facts.foreign_accepted_at,
-                              facts.unsettled_accepted, unknown, udp)
+                              facts.unsettled_accepted, unknown, udp, wildcard)
             facts = judged_ends(facts, pid, ends, peers, now)
         if maps:
             data, cut_maps = _read_capped(f"/proc/{pid}/maps", MAX_MAPS_BYTES)
@@ -903,7 +926,8 @@ class KindFactsReader:
                               facts.sockets_listed_at, read_prompt(pid),
                               facts.unix_listening, facts.job_connected_seen_at,
                               facts.foreign_accepted_at, facts.unsettled_accepted,
-                              facts.sockets_unknown, facts.udp_ports)
+                              facts.sockets_unknown, facts.udp_ports,
+                              facts.udp_wildcard_ports)
             listening, accepted_unix, cut_unix = read_unix_listening(pid, unix_tables)
             truncated.discard("unix")
             if cut_unix:

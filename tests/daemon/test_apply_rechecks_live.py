@@ -2,7 +2,8 @@
 until the daemon advises SIGTERM for it, then goes back to work. The advice stays listed
 through its hold (the rules look every [cost].evaluate_every), and `a` in mlcost-top sent
 SIGTERM to a process at 95% SM. The daemon now checks, right before the dry run and the real
-run, that the process still holds only idle GPUs and that the advice still holds.
+run, that the process still holds only idle GPUs and that the advice still holds (a SIGTERM is
+no longer held at all: the evaluation that does not find it drops it, probe 143 F8).
 
 A real mlcostd on the simulated host; the workload is the test's own program, which counts the
 SIGTERMs it receives instead of exiting and starts running kernels on SIGUSR1."""
@@ -99,20 +100,17 @@ def test_a_process_back_at_work_is_not_signalled_while_its_advice_is_held(mlcost
         assert refused.value.status == 409
         assert f"pid {pid}" in str(refused.value) and "nothing done" in str(refused.value)
 
-    # The next evaluation does not find the advice: it is held (listed, "going"), refused as such.
-    def held() -> dict | None:
-        found = stop_advice(daemon.now())
-        return found if found is not None and found["status"] == "holding" else None
+    # The next evaluation does not find the advice: a SIGTERM is not held past its condition
+    # (probe 143 F8), it goes at once, and applying it finds no such advice.
+    def gone() -> list | None:
+        recs = daemon.now()["recommendations"] or []
+        return None if any(r["id"] == rec["id"] for r in recs) else [recs]
 
-    poll(lambda: held() is not None, 60, "the advice in its hold", every=0.5,
-         explain=daemon.log_tail)
-    with pytest.raises(ApiError) as refused:
-        daemon.call("apply", rec["id"], dry_run=True)
-    assert refused.value.status == 409
-    assert "no longer holds" in str(refused.value) and "nothing done" in str(refused.value)
-    with pytest.raises(ApiError) as refused:
-        daemon.call("apply", rec["id"], dry_run=False)
-    assert refused.value.status == 409
+    poll(gone, 60, "the advice gone", every=0.5, explain=daemon.log_tail)
+    for dry_run in (True, False):
+        with pytest.raises(ApiError) as refused:
+            daemon.call("apply", rec["id"], dry_run=dry_run)
+        assert refused.value.status == 404, refused.value
     assert not terms.exists()  # never signalled
     os.kill(pid, 0)  # still running
 

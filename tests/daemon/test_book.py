@@ -3,6 +3,8 @@ false for the hold, says so while it holds, and leaves a "resolved" notice when 
 
 from dataclasses import replace
 
+import pytest
+
 from daemon.analysis.analyzer import Analyzer
 from daemon.analysis.book import HOLDING, RESOLVED, RecommendationBook
 from daemon.wire import Event, Recommendation
@@ -125,3 +127,30 @@ def test_a_newer_finding_in_the_same_slot_supersedes_a_held_one_at_once():
     assert notice["recommendation_id"] == "b"
     assert [e.recommendation.id for e in book.active() if e.recommendation.slot
             == "job 500 train.py"] == ["a"]
+
+
+@pytest.mark.parametrize("t0", [0.0, 1796577349.0032196])  # (and at a float epoch)
+def test_a_sigterm_is_not_held_past_its_condition(t0):
+    """Probe 143 F8: idle_gpu_held's SIGTERM stayed listed "holding" for the hold (5 min), its
+    evidence frozen at its last idle window, while the process worked five times. A kill goes
+    at the first evaluation that does not find it, with a notice; other advice still holds,
+    and the same finding with a look first in its place is found, not held."""
+    kill = replace(shrink(), id="k", rule="idle_gpu_held", target="42:1.000",
+                   action={"kind": "sigterm", "pid": 42, "start_time": 1.0, "signal": "SIGTERM"})
+    look = replace(kill, action={"kind": "copy_commands", "text": "look", "commands": []})
+    other = shrink()
+    book = RecommendationBook(hold_s=300.0)
+    book.record([kill, other], t0)
+    [notice] = book.record([], t0 + 30.0)
+    assert [e.recommendation.id for e in book.active()] == [other.id]  # held, the kill not
+    assert notice["recommendation_id"] == "k" and notice["kind"] == RESOLVED
+    assert "a SIGTERM is never held past its condition" in notice["detail"]
+    assert book.record([], t0 + 60.0) == []  # said once
+    book.record([kill, other], t0 + 90.0)  # idle again: it stands anew
+    [entry] = [e for e in book.active() if e.recommendation.id == "k"]
+    assert entry.standing_since == t0 + 90.0 and entry.as_dict()["status"] == "active"
+    book.record([look, other], t0 + 120.0)  # now looked at first: the same id, found
+    book.record([other], t0 + 150.0)
+    [entry] = [e for e in book.active() if e.recommendation.id == "k"]
+    assert entry.as_dict()["status"] == HOLDING and entry.recommendation.action["kind"] == \
+        "copy_commands"

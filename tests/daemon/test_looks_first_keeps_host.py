@@ -38,6 +38,8 @@ from daemon.wire import LOW_CONFIDENCE
 LIMITS = {"idle_held_min_s": 60.0, "host_idle_min_s": 60.0}
 SLEEP = "sleeping or waiting: `time.sleep(3600)` with the GPU idle"
 EVENT = "waiting in Condition.wait (threading.py:331 Condition.wait)"
+PAUSE = ("waiting for a signal (another process may poke it to work, or it waits to be "
+         "stopped): `signal.pause()`")
 
 
 def idle_job(runs=(), sm=80.0, command="python batches.py", **kw):
@@ -82,6 +84,13 @@ LOOKS_FIRST = {
         lambda: idle_job(), lambda s: idle_held_phases(s, f"{FD_WAIT}: `select.select(r, [], [])`",
                                                        idle=1.0),
         Kind(TRAINING, 0.6, ("test",), peer_connections=2), None, rules_idle.ON_PEERS),
+    # probe 143 F10: a UDP server on 0.0.0.0 on a port in the ephemeral range reads as a
+    # statsd client's socket; waiting on its sockets, it may be serving datagrams
+    "waiting on its sockets with a UDP port on all addresses": (
+        lambda: idle_job(), lambda s: idle_held_phases(
+            s, "waiting in select (selectors.py:468 EpollSelector.select)", idle=1.0),
+        Kind(TRAINING, 0.6, ("test",), udp_wildcard_ports=(47151,)), None,
+        rules_idle.ON_DATAGRAMS),
     "an asyncio loop a timer wakes": (
         lambda: idle_job(), lambda s: idle_held_phases(
             s, f"{TIMER_WAIT} (selectors.py:468 EpollSelector.select)", idle=1.0),
@@ -103,6 +112,10 @@ LOOKS_FIRST = {
     "one run seen, then a plain sleep": (
         lambda: idle_job(runs={2}), lambda s: idle_held_phases(s, SLEEP, idle=0.99),
         TRAINING, None, rules_idle.ONE_RUN),
+    # probe 143 F8: a re-ranker poked with SIGUSR1 ran once and waits in signal.pause()
+    "one run seen, then a wait for a signal": (
+        lambda: idle_job(runs={2}), lambda s: idle_held_phases(s, PAUSE, idle=0.99),
+        TRAINING, None, rules_idle.ONE_RUN),
     "running before mlcostd started": (
         lambda: idle_job(), lambda s: idle_held_phases(s, EVENT, idle=1.0), TRAINING,
         lambda s: ProcessHistory(s[0].ts, unseen_s=3600.0), rules_idle.UNSEEN),
@@ -115,6 +128,13 @@ STOPPED_AS_IS = {
     "a notebook whose cell ran, then its prompt": (
         lambda: idle_job(runs={2}, command="python -m ipykernel_launcher"),
         lambda s: idle_held_phases(s, EVENT, idle=0.66, compute=0.34), NOTEBOOK, None),
+    # no run seen: a job that keeps its model loaded until it is stopped reads the same
+    "a wait for a signal before any run": (
+        lambda: idle_job(), lambda s: idle_held_phases(s, PAUSE, idle=1.0), TRAINING, None),
+    # a statsd client's socket (the same row as a server's) while it sleeps: no server sleeps
+    "a plain sleep with a statsd client's UDP socket": (
+        lambda: idle_job(), lambda s: idle_held_phases(s, SLEEP, idle=1.0),
+        Kind(TRAINING, 0.6, ("test",), udp_wildcard_ports=(47151,)), None),
     # state T: nothing of it runs until it is continued; its runs before the stop count not
     "a periodic job stopped by SIGSTOP": (
         lambda: idle_job(runs={5, 20, 35}), lambda s: idle_held_phases(
@@ -204,3 +224,12 @@ def test_the_analyzer_keeps_the_host_and_names_the_look_first_for_v1_idle():
         assert by_rule(found, "host_idle") == [], [f.summary for f in found]
         assert any(said in why for why in a.working()[key]), a.working()
         assert a.periodic() == {}
+
+
+def test_one_run_then_a_wait_for_a_signal_says_so():
+    samples = idle_job(runs={2})
+    analysis = analysis_of(samples, idle_held_phases(samples, PAUSE, idle=0.99), TRAINING, None)
+    [proc] = analysis.processes
+    verdict = idle_verdict(proc, analysis)
+    assert "then waits for a signal (" in verdict.action["text"], verdict.action
+    assert "then waits for a signal: one run seen" in (verdict.why or ""), verdict.why

@@ -842,6 +842,19 @@ def test_a_blocking_accept_on_the_users_line_waits_for_a_client():
     assert found.reason.startswith("waiting for a client to connect (accept)"), found
 
 
+def test_signal_pause_on_the_users_line_waits_for_a_signal():
+    """Probe 143 F8: a re-ranker poked with SIGUSR1 waits in `signal.pause()` (C); it read
+    "waiting with its GPU idle and no I/O: not a sync", which names nothing it waits for."""
+    frame = Frame("main", "/srv/reload_on_signal.py", 14)
+    for code in ("signal.pause()", "signum = signal.sigwait({signal.SIGUSR1})"):
+        found = classify([ThreadStack(1, "MainThread", False, (frame,))], gpu_busy=False,
+                         repeated_leaf=True, source_line=lambda f, code=code: code,
+                         signals=signals())
+        assert found.phase == "idle", found
+        assert found.reason.startswith("waiting for a signal (another process may poke it "
+                                       f"to work, or it waits to be stopped): `{code}`"), found
+
+
 def test_input_on_a_pipe_is_a_prompt_waiting_for_its_user_not_a_job_wait():
     """A notebook kernel's stdin is a pipe from Jupyter: a cell's input() waits for a person
     (the corpus's notebook_cells.py --cells input), idle as before, not a queue consumer."""

@@ -2,8 +2,10 @@
 endpoint; selectors over two UDP sockets; a bare recvfrom loop) waiting for its next datagram
 read as a job with "no port it serves" (mlcostd read the TCP and unix tables only) and was
 offered SIGTERM, also right after answering one; the live check before a signal read the same
-tables and would have sent it. Beside them, a job that holds its GPU idle and sends statsd
-datagrams from an unbound socket (an ephemeral port) is no server: it keeps its SIGTERM advice.
+tables and would have sent it. Beside them, a job that holds its GPU idle, sent statsd
+datagrams from an unbound socket (an ephemeral port) and sleeps is no server: it keeps its
+SIGTERM advice (one that waits on its sockets instead may be a server on that port:
+test_udp_wildcard_live.py).
 
 A real mlcostd on the simulated host, the test's own programs (tests/daemon/workloads), real
 datagrams sent by the test as the services' clients."""
@@ -63,7 +65,7 @@ def test_udp_detectors_listen_never_get_sigterm_and_a_statsd_client_does(
             sys.executable, str(WORKLOADS / "udp_detector.py"), "--port-file",
             str(files[loop]), "--loop", loop]} for loop in LOOPS),
         {"name": "job", "command": [sys.executable, str(WORKLOADS / JOB), "--port-file",
-                                    str(job_file)]}])
+                                    str(job_file), "--sleep"]}])
     daemon = mlcostd("idle-host", interval=1.0, config=QUICK, args=["--simulate", str(path)])
     bound = poll(lambda: all(ports_in(f) for f in [*files.values(), job_file]) and
                  {loop: ports_in(f) for loop, f in files.items()}, 60, "the services bound")
@@ -117,8 +119,10 @@ def test_udp_detectors_listen_never_get_sigterm_and_a_statsd_client_does(
     job = state["procs"][JOB]
     assert job.get("serves") is False and not any(
         "UDP" in e for e in job.get("kind_evidence", [])), job
-    actions._refuse_a_server(job["pid"], psutil.Process(job["pid"]))  # not refused
     rec = sigterms(found[JOB])[0]
+    # not refused: the rules saw its socket while it slept (the recommendation's evidence)
+    actions._refuse_a_server(job["pid"], psutil.Process(job["pid"]),
+                             rec.evidence["no_sign_of_work"])
     dry = daemon.call("apply", rec.id, dry_run=True)
     assert dry.dry_run and dry.refused is None, dry
     assert daemon.stop() == 0, daemon.log_tail()

@@ -22,10 +22,12 @@ from daemon.analysis.kinds import (
     TRAINING,
     Kind,
     classify_kind,
+    recorded_kind,
     served_on,
     serving_parent,
 )
 from daemon.api import actions
+from daemon.runtime.kinds import configured_kind
 from daemon.sources import kindfacts
 from daemon.sources.kindfacts import (
     EPHEMERAL_DEFAULT,
@@ -34,6 +36,7 @@ from daemon.sources.kindfacts import (
     parse_tcp_rows,
     read_kind_facts,
     udp_listening,
+    udp_wildcard,
 )
 
 HEADER = (b"   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
@@ -76,6 +79,19 @@ def test_unconnected_sockets_on_fixed_ports_are_listening_and_the_rest_not():
     assert udp_listening({18, 19, 20}, rows, EPHEMERAL_DEFAULT) == (47151, 47153)
 
 
+def test_unconnected_sockets_on_all_addresses_on_ephemeral_ports_are_kept_apart():
+    """What udp_listening leaves out as a client's, a server's too where it bound such a port
+    (probe 143 F10: camdetect_udp.py on 0.0.0.0:47151): kept apart, the rules look first."""
+    rows = parse_tcp_rows(TABLE)
+    mine = {11, 12, 13, 14, 15, 16, 17, 18, 19, 20}
+    assert udp_wildcard(mine, rows, EPHEMERAL_DEFAULT) == (44413, 47152)
+    assert not set(udp_wildcard(mine, rows, EPHEMERAL_DEFAULT)) & set(
+        udp_listening(mine, rows, EPHEMERAL_DEFAULT))
+    assert udp_wildcard({13, 17}, rows, EPHEMERAL_DEFAULT) == ()  # connected, not bound
+    assert udp_wildcard({11, 15}, rows, (1024, 65000)) == (5353, 9999)
+    assert udp_wildcard({14, 19}, rows, (1024, 40000)) == ()  # 44413, 47152 above it now
+
+
 def test_malformed_and_huge_rows_are_skipped():
     hostile = HEADER + b"".join((
         b"garbage\n", b"\xff\xfe" * 40 + b"\n", b"  1: 00000000:ZZZZ 00000000:0000 07 0 0 0 0 0 "
@@ -87,11 +103,13 @@ def test_malformed_and_huge_rows_are_skipped():
         row(b"00000000:270F", b"00000000:0000", b"07", 25)))
     rows = parse_tcp_rows(hostile)
     assert udp_listening({21, 22, 23, 24, 25}, rows, EPHEMERAL_DEFAULT) == (9999,)
+    assert udp_wildcard({21, 22, 23, 24, 25}, rows, (1024, 65000)) == (9999,)
     # many rows: bounded to MAX_PORTS ports, sorted
     many = HEADER + b"".join(row(b"00000000:%04X" % (1000 + i), b"00000000:0000", b"07", i)
                              for i in range(1, 200))
     ports = udp_listening(set(range(1, 200)), parse_tcp_rows(many), EPHEMERAL_DEFAULT)
     assert ports == tuple(range(1001, 1001 + kindfacts.MAX_PORTS))
+    assert udp_wildcard(set(range(1, 200)), parse_tcp_rows(many), (1000, 2000)) == ports
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -127,6 +145,8 @@ def test_this_processs_own_sockets_read_from_proc():
     connected.connect(("127.0.0.1", 53))
     named = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # the kernel's port, our address
     named.bind(("127.0.0.1", 0))
+    wildcard = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # the kernel's port, any address
+    wildcard.bind(("0.0.0.0", 0))
     try:
         facts = read_kind_facts(os.getpid(), time.time())
         ports = set(facts.udp_ports)
@@ -134,8 +154,13 @@ def test_this_processs_own_sockets_read_from_proc():
                 named.getsockname()[1]} <= ports
         assert client.getsockname()[1] not in ports
         assert connected.getsockname()[1] not in ports
+        # the client's port, and one a server bound there, are kept apart: no table tells them
+        assert client.getsockname()[1] in facts.udp_wildcard_ports
+        assert wildcard.getsockname()[1] in facts.udp_wildcard_ports
+        assert not ports & set(facts.udp_wildcard_ports)
+        assert connected.getsockname()[1] not in facts.udp_wildcard_ports
     finally:
-        for sock in (client, v4, v6, loopback, connected, named):
+        for sock in (client, v4, v6, loopback, connected, named, wildcard):
             sock.close()
 
 
@@ -200,14 +225,68 @@ def child():
         proc.wait()
 
 
+WILDCARD_LISTENER = """
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", 0))  # the kernel's port: inside the ephemeral range, as 47151 is
+print(s.getsockname()[1], flush=True)
+time.sleep(300)
+"""
+SELECT_WAIT = "waiting in select (selectors.py:468 EpollSelector.select)"
+SLEEP_WAIT = "sleeping or waiting: `time.sleep(30)` with the GPU idle"
+
+
+def seen(ports: list[int], reason: str) -> dict:
+    """What idle_gpu_held's evidence says the rules saw when they offered the SIGTERM."""
+    return {"udp_wildcard_ports": ports, "waiting_in": [
+        {"file": "/srv/job.py", "line": 9, "function": "main", "reason": reason}]}
+
+
 def test_the_action_refuses_a_udp_listener_and_not_a_statsd_client(child):
     pid, port = child(LISTENER)
     with pytest.raises(actions.ActionError) as refused:
         actions._refuse_a_server(pid, psutil.Process(pid))
     assert refused.value.status == 409
     assert f"is serving (it listens on UDP port {port})" in str(refused.value)
-    client, _ = child(CLIENT)
-    actions._refuse_a_server(client, psutil.Process(client))  # a client: not refused
+    client, client_port = child(CLIENT)
+    # a client the rules offered the SIGTERM while it slept with this socket: not refused
+    actions._refuse_a_server(client, psutil.Process(client), seen([client_port], SLEEP_WAIT))
+
+
+def test_the_action_looks_first_where_the_rules_would_at_a_udp_port_on_all_addresses(child):
+    """Probe 143 F10: the live check before a SIGTERM let camdetect_udp.py (0.0.0.0:47151)
+    through. A socket on all addresses on an ephemeral port is a client's or a server's; the
+    rules look first where the stacks wait on sockets, and so does this check: it refuses
+    unless the rules saw that socket with stacks that do not wait on it."""
+    pid, port = child(WILDCARD_LISTENER)
+    assert kindfacts.ephemeral_range()[0] <= port <= kindfacts.ephemeral_range()[1]
+    for said in (seen([port], SELECT_WAIT), seen([], SLEEP_WAIT), None,
+                 {"waiting_in": "hostile", "udp_wildcard_ports": [port]}):
+        with pytest.raises(actions.ActionError) as refused:
+            actions._refuse_a_server(pid, psutil.Process(pid), said)
+        assert refused.value.status == 409, said
+        assert (f"may be serving datagrams (it holds UDP port {port} on all addresses"
+                in str(refused.value)), str(refused.value)
+        assert f"ss -uanp | grep 'pid={pid},'" in str(refused.value)
+    actions._refuse_a_server(pid, psutil.Process(pid), seen([port], SLEEP_WAIT))
+
+
+def test_the_sigterm_action_reads_what_the_rules_saw_from_its_recommendation(child):
+    """apply() hands the recommendation's evidence to the live check (a dry run, as the API's)."""
+    pid, port = child(WILDCARD_LISTENER)
+    start = psutil.Process(pid).create_time()
+
+    def rec(reason: str) -> dict:
+        return {"id": "r1", "action": {"kind": "sigterm", "pid": pid, "start_time": start},
+                "evidence": {"no_sign_of_work": seen([port], reason)}}
+
+    with pytest.raises(actions.ActionError) as refused:
+        actions.apply(rec(SELECT_WAIT), dry_run=True, allow_actions=True)
+    assert refused.value.status == 409 and "may be serving datagrams" in str(refused.value)
+    dry = actions.apply(rec(SLEEP_WAIT), dry_run=True, allow_actions=True)
+    assert dry.dry_run and dry.refused is None, dry
+    assert f"would send SIGTERM to pid {pid}" in dry.message, dry
+    assert psutil.pid_exists(pid)
 
 
 def test_a_cut_udp_table_that_hides_a_listener_leaves_it_unknown(child, monkeypatch):
@@ -233,6 +312,41 @@ def test_a_cut_udp_table_that_hides_a_listener_leaves_it_unknown(child, monkeypa
     finally:
         for sock in fillers:
             sock.close()
+
+
+def test_waiting_on_sockets_with_a_udp_port_on_all_addresses_looks_first_and_a_sleeper_not():
+    """Probe 143 F10: camdetect_udp.py (an asyncio datagram endpoint on 0.0.0.0:47151, a port
+    in the ephemeral range) waiting for its next datagram was offered SIGTERM. Its stacks wait
+    on its sockets: look first, saying where it may serve. A statsd client sleeping in
+    time.sleep holds the same socket and keeps its SIGTERM."""
+    kind = Kind(TRAINING, 0.5, ("bursty",), udp_wildcard_ports=(47151,))
+    [rec] = advice(held(), {"idle": WAITING}, kind=kind)["idle_gpu_held"]
+    assert rec.action["kind"] == "copy_commands", rec.action
+    text = rec.action["text"]
+    assert "holds UDP port 47151 on all addresses" in text and "serving datagrams" in text
+    assert "nb.py:12" in text, text  # where it waits
+    assert rec.action["commands"][0].startswith("ss -uanp | grep 'pid=42,'"), rec.action
+    assert rec.evidence["no_sign_of_work"]["udp_wildcard_ports"] == [47151]
+    sleeping = {"share": 1.0, "seconds": 600.0, "top_stacks": [
+        {"file": "/home/me/job.py", "line": 7, "function": "main", "samples": 40,
+         "reason": "sleeping or waiting: `time.sleep(30)` with the GPU idle"}]}
+    [rec] = advice(held(), {"idle": sleeping}, kind=kind)["idle_gpu_held"]
+    assert rec.action["kind"] == "sigterm", rec.action
+    [rec] = advice(held(), {"idle": WAITING}, kind=Kind(TRAINING, 0.5, ("bursty",)))[
+        "idle_gpu_held"]
+    assert rec.action["kind"] == "sigterm", rec.action  # no such socket: as before
+
+
+def test_the_udp_ports_on_all_addresses_are_carried_and_stored():
+    kind = classify_kind("python3 detect.py", KindFacts(udp_wildcard_ports=(47151, 47152)),
+                         gpu_use="bursty")
+    assert kind.udp_wildcard_ports == (47151, 47152) and not kind.serves
+    assert kind.as_dict()["udp_wildcard_ports"] == [47151, 47152]
+    assert configured_kind("training", "job", kind).udp_wildcard_ports == (47151, 47152)
+    assert recorded_kind(kind.as_dict())["udp_wildcard_ports"] == [47151, 47152]
+    hostile = {"udp_wildcard_ports": [True, -1, 0, 70000, "47151", 47151.0, 47153, *[1] * 40]}
+    assert recorded_kind(hostile)["udp_wildcard_ports"] == [47153] + [1] * 9  # of 16 read
+    assert recorded_kind({"udp_wildcard_ports": "47151"})["udp_wildcard_ports"] == []
 
 
 @pytest.mark.parametrize("kind, said", [

@@ -15,7 +15,9 @@ do stacks waiting on a lock (someone holds it) or on a child process it started 
 download tool: `waits_for_child`, which the child's own stacks would have to show idle), nor
 an asyncio event loop that a timer wakes within a minute (TIMER_WAIT: a coroutine polling a
 folder or a queue between sleeps, or a stalled job's heartbeat, which no stack tells apart),
-nor a sleeper whose CPU time moves between its sleeps (`polls_for_work`: a worker polling a
+nor stacks waiting on its sockets while it holds an unconnected UDP socket on all addresses on
+a port in the ephemeral range (Kind.udp_wildcard_ports: a UDP server that bound such a port
+reads as a statsd client; one that sleeps in time.sleep is the client), nor a sleeper whose CPU time moves between its sleeps (`polls_for_work`: a worker polling a
 job table, a broker or a folder, which no stack dump catches), nor a process that computed at
 least
 BETWEEN_BATCHES_MIN_COMPUTE of the window and is not a notebook (a job between batches: it
@@ -51,7 +53,12 @@ from typing import Any, NamedTuple
 from daemon.analysis.busy import DEFAULT_GPU_HELD_AFTER_S, DEFAULT_HOST_IDLE_AFTER_S
 from daemon.analysis.cost import HostPrice
 from daemon.analysis.host_signals import READ_MIN_PER_S
-from daemon.analysis.kinds import NOTEBOOK, ONLINE_INFERENCE, served_on
+from daemon.analysis.kinds import (
+    NOTEBOOK,
+    ONLINE_INFERENCE,
+    held_on_all_addresses,
+    served_on,
+)
 from daemon.analysis.rules.base import (
     UPPER_BOUND,
     Finding,
@@ -65,6 +72,7 @@ from daemon.analysis.stack_rules import (
     FD_WAITS,
     JOB_WAIT,
     LOCK_WAIT,
+    SIGNAL_WAIT,
     SLEEP_CALL,
     SLEEP_WAIT,
     STOPPED,
@@ -236,12 +244,21 @@ def one_run_then_sleeps(proc: ProcessWindow, a: Analysis) -> Mapping[str, Any] |
     (longest_period_s): a periodic job in its first interval (one run seen: after it starts,
     after the daemon restarts, or every interval where its period outlasts the window) reads
     so, as does a job that ran once and finished; nothing the window holds tells them apart,
-    so idle_gpu_held looks first and the host is not stopped. None otherwise (a warm-up pass,
-    then a sleep, keeps the SIGTERM; so does one watched idle past the longest period)."""
+    so idle_gpu_held looks first and the host is not stopped. So does a wait for a signal
+    (`signal.pause()`: a job another process pokes to run reads the same, probe 143 F8). None
+    otherwise (a warm-up pass, then a sleep, keeps the SIGTERM; so does one watched idle past
+    the longest period, and a wait for a signal before any run: it may wait to be stopped)."""
     if (proc.kind.kind == NOTEBOOK or not ran_before(proc)
             or proc.idle_watched_s(a.end) >= a.limit("longest_period_s")):
         return None
-    return sleeps(proc)
+    return sleeps(proc) or waits_for_signal(proc)
+
+
+def waits_for_signal(proc: ProcessWindow) -> Mapping[str, Any] | None:
+    """The top stack of its idle phase where it waits for a signal (SIGNAL_WAIT); else None."""
+    top = next(iter((proc.phases.get(IDLE) or {}).get("top_stacks") or []), None)
+    return top if isinstance(top, Mapping) and str(top.get("reason", "")).startswith(
+        SIGNAL_WAIT) else None
 
 
 def ran_unseen(proc: ProcessWindow, a: Analysis) -> bool:
@@ -350,9 +367,11 @@ def _look_first_periodic(proc: ProcessWindow) -> dict[str, object]:
                          signal_command(proc.pid, proc.start_time)]}
 
 
-def _look_first_one_run(proc: ProcessWindow, where: str) -> dict[str, object]:
-    """One run of work, then a plain sleep: a periodic job's first interval or a finished job.
-    A run before the window (its history) says when mlcostd last saw it run."""
+def _look_first_one_run(proc: ProcessWindow, where: str, how: str = "sleeps"
+                        ) -> dict[str, object]:
+    """One run of work, then a plain sleep (`how`: or a wait for a signal): a periodic job's
+    first interval or a finished job. A run before the window (its history) says when mlcostd
+    last saw it run."""
     ran = proc.kernel_s_seen
     earlier = proc.history.work_at if proc.history else None
     when = (f" (its run last seen at {utc_clock(earlier)}, before the window the rules read, "
@@ -360,7 +379,7 @@ def _look_first_one_run(proc: ProcessWindow, where: str) -> dict[str, object]:
             else "")
     return {"kind": "copy_commands",
             "text": f"pid {proc.pid} ran {ran:.0f} s of kernels{when}, then "
-                    f"sleeps ({where}): one run seen: a periodic job between its runs looks the "
+                    f"{how} ({where}): one run seen: a periodic job between its runs looks the "
                     "same (its next run may come after the window). Look at what it waits for "
                     "before stopping it; if it runs again, release the GPU between runs (start "
                     "it per run, or unload the model while it waits); stop it only if it is done",
@@ -433,6 +452,21 @@ def _look_first_peers(proc: ProcessWindow, where: str) -> dict[str, object]:
                          f"sudo py-spy dump --pid {proc.pid}"]}
 
 
+def _look_first_datagrams(proc: ProcessWindow, where: str) -> dict[str, object]:
+    """Its stacks wait on its sockets and it holds an unconnected UDP socket on all addresses
+    on a port in the ephemeral range (Kind.udp_wildcard_ports): a server that bound such a
+    port reads as a statsd or DNS client; datagrams may come at any moment."""
+    held = held_on_all_addresses(proc.kind.udp_wildcard_ports)
+    return {"kind": "copy_commands",
+            "text": f"pid {proc.pid} waits on its sockets ({where}) and holds {held}: it may "
+                    "be serving datagrams (a UDP server on a port in the ephemeral range reads "
+                    "the same as a client's socket), or only send them (statsd). Look at what "
+                    "it receives before stopping it (a server given a port below the "
+                    "ephemeral range is counted as one)",
+            "commands": [f"ss -uanp | grep 'pid={proc.pid},'  # its UDP sockets",
+                         f"sudo py-spy dump --pid {proc.pid}"]}
+
+
 def _look_first_timer(proc: ProcessWindow, where: str) -> dict[str, object]:
     """Its stacks wait in an asyncio event loop that a timer wakes within a minute (TIMER_WAIT):
     a coroutine polling a folder, a file or a queue between sleeps, or a stalled job's
@@ -455,6 +489,7 @@ SIGTERM = "sigterm"
 NO_STACKS, SOCKETS_UNKNOWN, PROC_ONLY, ON_A_LOCK = ("no_stacks", "sockets_unknown", "proc_only",
                                                    "on_a_lock")
 ON_A_CHILD, ON_PEERS, ON_A_TIMER, POLLER = "on_a_child", "on_peers", "on_a_timer", "poller"
+ON_DATAGRAMS = "on_datagrams"
 BETWEEN_BATCHES, PERIODIC, ONE_RUN, UNSEEN = ("between_batches", "periodic", "one_run",
                                               "ran_unseen")
 
@@ -526,6 +561,12 @@ def idle_verdict(proc: ProcessWindow, a: Analysis) -> IdleVerdict:
             ON_PEERS, lambda: _look_first_peers(proc, where),
             lambda: f"waits on its sockets ({where}) with TCP connections it opened: whoever is "
                     "at the other end may send it work")
+    if not notebook and proc.kind.udp_wildcard_ports and waits_in.startswith(FD_WAITS):
+        held = held_on_all_addresses(proc.kind.udp_wildcard_ports)
+        return IdleVerdict(
+            ON_DATAGRAMS, lambda: _look_first_datagrams(proc, where),
+            lambda: f"waits on its sockets ({where}) and holds {held}: it may be serving "
+                    "datagrams")
     if not notebook and waits_in.startswith(TIMER_WAIT):
         return IdleVerdict(
             ON_A_TIMER, lambda: _look_first_timer(proc, where),
@@ -556,9 +597,11 @@ def idle_verdict(proc: ProcessWindow, a: Analysis) -> IdleVerdict:
     one_run = one_run_then_sleeps(proc, a)
     if one_run is not None:
         slept = f"{one_run.get('file')}:{one_run.get('line')}"
+        how = ("waits for a signal" if str(one_run.get("reason", "")).startswith(SIGNAL_WAIT)
+               else "sleeps")
         return IdleVerdict(
-            ONE_RUN, lambda: _look_first_one_run(proc, slept),
-            lambda: f"ran {proc.kernel_s_seen:.0f} s of kernels, then sleeps: one run seen, a "
+            ONE_RUN, lambda: _look_first_one_run(proc, slept, how),
+            lambda: f"ran {proc.kernel_s_seen:.0f} s of kernels, then {how}: one run seen, a "
                     "periodic job between its runs may run again (stopping the host would stop "
                     "its next run)")
     if ran_unseen(proc, a):
@@ -616,6 +659,8 @@ def check_idle_gpu_held(a: Analysis, rule: Rule) -> list[Finding]:
                  "d_state_fraction": proc.d_state_fraction,
                  "iowait_fraction": proc.iowait_fraction,
                  "idle_share": idle_share,
+                 # (what the live check before its SIGTERM compares: api/actions.py)
+                 "udp_wildcard_ports": list(proc.kind.udp_wildcard_ports),
                  "waiting_in": [{"file": st.get("file"), "line": st.get("line"),
                                  "function": st.get("function"), "reason": st.get("reason")}
                                 for st in idle_stacks[:3]]}},

@@ -2,9 +2,11 @@
 reference in a datagram; each one gets a GPU pass and a reply datagram. Three ways to wait for
 the next datagram, as services are written: an asyncio datagram endpoint, selectors over two
 UDP sockets (requests and admin), a bare recvfrom loop. It binds a fixed port below the host's
-ephemeral range (as a service's configured port is) and writes it to --port-file.
+ephemeral range (as a service's configured port is), or with --ephemeral a port inside it on
+0.0.0.0 (as probe 143's camdetect_udp.py bound 47151: the row a statsd client's socket has),
+and writes it to --port-file.
 
-Usage: udp_detector.py --port-file PATH [--loop asyncio|selectors|recvfrom]
+Usage: udp_detector.py --port-file PATH [--loop asyncio|selectors|recvfrom] [--ephemeral]
 """
 
 import argparse
@@ -33,6 +35,16 @@ def configured_ports(count: int) -> list[socket.socket]:
         except OSError:
             sock.close()
             continue
+        found.append(sock)
+    return found
+
+
+def ephemeral_ports(count: int) -> list[socket.socket]:
+    """`count` UDP sockets bound on 0.0.0.0 to free ports inside the ephemeral range."""
+    found: list[socket.socket] = []
+    for _ in range(count):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.bind(("0.0.0.0", 0))  # the kernel's pick: in ip_local_port_range
         found.append(sock)
     return found
 
@@ -82,9 +94,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port-file", required=True)
     parser.add_argument("--loop", choices=("asyncio", "selectors", "recvfrom"), default="asyncio")
+    parser.add_argument("--ephemeral", action="store_true")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    socks = configured_ports(2 if args.loop == "selectors" else 1)
+    socks = (ephemeral_ports if args.ephemeral else configured_ports)(
+        2 if args.loop == "selectors" else 1)
     with Device(gpu_index=GPU) as gpu:
         gpu.alloc(9 << 30)
         with open(args.port_file + ".tmp", "w") as f:
