@@ -254,6 +254,11 @@ class Kind:
     # that listens serves.
     udp_ports: tuple[int, ...] = ()
     unix_listening: int = 0  # unix sockets it listens on (KindFacts.unix_listening)
+    # At the last socket read, its TCP connections all went to GPU processes of its own job
+    # (its parent, children or sibling ranks; KindFacts.job_connections) or to itself, one at
+    # least to its job: a wait on its sockets is a wait for a peer of its job (comm), not for a
+    # job server's next job (HostSignals.job_peers_only, daemon.analysis.phases).
+    job_peers_only: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "kind_confidence": round(self.confidence, 2),
@@ -457,7 +462,9 @@ def classify_kind(command: str, facts: KindFacts | None,
               and best != NOTEBOOK)
     caught: dict[str, Any] = {"peer_connections": facts.other_connections if facts else 0,
                               "sockets_unknown": unknown, "udp_ports": udp,
-                              "unix_listening": unix}
+                              "unix_listening": unix,
+                              "job_peers_only": facts is not None and facts.job_connections > 0
+                              and facts.outside_connections == 0}
     if ports and facts is not None and facts.first_sockets_read_at is not None:
         caught.update(connections_caught=facts.connections_caught,
                       connections_over_s=max(facts.sockets_read_at

@@ -56,6 +56,7 @@ from daemon.analysis.stack_rules import (
     JOB_WAIT,
     LIBRARY,
     LOCK,
+    PEER_WAIT,
     POLL_LINES_LOOKED_AT,
     POLLING_TAKE,
     PYTHON_ON_CPU,
@@ -162,7 +163,10 @@ def classify(
     frames > I/O frames or an I/O call on the innermost user line (a bare socket's read, or an
     HTTP request's wait for its answer to begin, with nothing coming to it, `signals` say, is a
     worker waiting for its next job: idle, JOB_WAIT; so is botocore's request under a user
-    line that receives from SQS, `_receives_from_sqs`) >
+    line that receives from SQS, `_receives_from_sqs`; a bare socket's read, whatever comes,
+    where the process's TCP connections all go to its own job's GPU processes, its parent,
+    children or sibling ranks, `signals.job_peers_only`, is a rank waiting for its peer: comm,
+    `_waits_for_peer`) >
     the innermost data-loading or serving library frame > a wait on a queue, condition or
     event (or a get in C on the user line: a queue.SimpleQueue) while another thread of the
     process works on input (data wait: `_fed_by`, that thread's line the responsible one) > a
@@ -262,6 +266,10 @@ def classify(
             if receive is not None:
                 return receive
             answer = awaited_answer(called)
+            if answer is None and not _client_read(called):
+                peer = _waits_for_peer(signals, _where(io[1]), responsible)
+                if peer is not None:
+                    return peer
             if answer is not None:  # a request whose answer has not begun: a long poll?
                 nothing = _nothing_arriving(
                     signals, f"an HTTP request whose answer has not begun, {_where(answer)}",
@@ -280,8 +288,9 @@ def classify(
         return _reads_pipe(signals.main_thread_blocked_on, responsible, signals, source_line)
     if line_call is not None and line_call[0] in (DATA_WAIT, CHECKPOINT, OUTPUT):
         if line_call[0] == DATA_WAIT and _calls(responsible, SOCKET_READ_CALL, source_line):
-            nothing = _nothing_arriving(signals, f"`{_code(responsible, source_line)}`",
-                                        responsible)
+            what = f"`{_code(responsible, source_line)}`"
+            nothing = (_waits_for_peer(signals, what, responsible)
+                       or _nothing_arriving(signals, what, responsible))
             if nothing is not None:
                 return nothing
         return Classification(line_call[0], line_call[1], responsible)
@@ -502,6 +511,10 @@ def _fed_by_network(threads: Sequence[ThreadStack], main: ThreadStack | None,
         if read is None:
             continue
         name = other.thread_name[:40] if other.thread_name else f"tid {other.thread_id}"
+        peer = _waits_for_peer(signals, f"its main thread {waiting} for what thread {name!r} "
+                               f"reads from a socket, {read}", responsible)
+        if peer is not None:
+            return peer
         return _nothing_arriving(
             signals, f"its main thread {waiting} for what thread {name!r} reads from a "
             f"socket, {read}", responsible, "a job dispatcher or a broker with no work for it, "
@@ -572,6 +585,21 @@ def _children_at_work(signals: HostSignals | None) -> str | None:
     running = (f"{signals.children_running} on a CPU or waiting for one, "
                if signals.children_running else "")
     return f"{running}{cpu:.0%} of a core"
+
+
+def _waits_for_peer(signals: HostSignals | None, what: str,
+                    responsible: Frame | None) -> Classification | None:
+    """Comm, where the main thread blocks on a bare socket (`what`) and the process's TCP
+    connections all go to GPU processes of its own job (its parent, children or sibling ranks)
+    or to itself (`signals.job_peers_only`, from its kind's socket reads): a rank waiting for
+    its peer in a hand-written all-reduce or exchange (the straggler is the one it waits for),
+    not a worker waiting for a job server's next job. None otherwise."""
+    if signals is None or not signals.job_peers_only:
+        return None
+    return Classification(
+        COMM, f"{PEER_WAIT} on a socket ({what}): its TCP connections all go to its own job's "
+        "GPU processes (its parent, children or sibling ranks), not to a job server",
+        responsible)
 
 
 def _nothing_arriving(signals: HostSignals | None, what: str, responsible: Frame | None,

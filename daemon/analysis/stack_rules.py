@@ -79,6 +79,10 @@ LOCK_WAIT = "waiting on a lock"
 # between jobs, as a server between requests: never a process to stop (rules/idle.py gives it
 # idle_server's advice), and no input pipeline to prefetch (no dataloader_starvation).
 JOB_WAIT = "waiting for its next job"
+# A rank waiting on a socket for a peer of its own job (its TCP connections all go to its
+# parent, children or sibling ranks: a hand-written all-reduce): comm, the peer it waits for
+# the straggler, never a job wait (daemon.analysis.phases._waits_for_peer).
+PEER_WAIT = "waiting for a peer of its own job"
 # A main thread waiting on file descriptors: a select() or poll() on its line (C), the
 # selectors module, an asyncio loop. With TCP connections it opened (Kind.peer_connections: to
 # a job server, a coordinator) it may wait for whoever is at the other end: rules/idle.py looks

@@ -197,12 +197,15 @@ class Attribution:
                  idle_utilization_pct: float = DEFAULT_IDLE_UTILIZATION_PCT,
                  sample_always: bool = False, interval_s: float = 1.0,
                  dump_spread_s: float = 0.0, started_at: float | None = None,
-                 connections_opened: Callable[[tuple[int, float]], int | None] | None = None
+                 connections_opened: Callable[[tuple[int, float]], int | None] | None = None,
+                 job_peers_only: Callable[[tuple[int, float]], bool] | None = None
                  ) -> None:
         self.config = config
         # A process's ESTABLISHED TCP connections that it opened, by key, as its kind read them
-        # (None: no kind yet): HostSignals.connections_opened.
+        # (None: no kind yet): HostSignals.connections_opened. And whether they all go to its
+        # own job's GPU processes: HostSignals.job_peers_only.
         self.connections_opened = connections_opened
+        self.job_peers_only = job_peers_only
         # Each dump waits a random 0..dump_spread_s first (see the module doc); a test on its
         # own clock leaves it 0.
         self.dump_spread_s = max(0.0, min(dump_spread_s, config.dump_interval / 2))
@@ -410,7 +413,9 @@ class Attribution:
             gpu_busy=gpu_is_busy(sum(utils) / len(utils), self.idle_utilization_pct)
             if utils else None,
             connections_opened=(None if self.connections_opened is None
-                                else self.connections_opened(proc.key)))
+                                else self.connections_opened(proc.key)),
+            job_peers_only=(self.job_peers_only is not None
+                            and self.job_peers_only(proc.key)))
 
     def _qualify(self, dip: _Dip) -> None:
         dip.qualified = True  # (at this tick: its last below)

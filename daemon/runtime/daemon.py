@@ -630,7 +630,8 @@ class Daemon:
                                            interval_s=self.config.daemon.interval,
                                            dump_spread_s=self.config.daemon.interval,
                                            started_at=self.started_at,
-                                           connections_opened=self._connections_opened)
+                                           connections_opened=self._connections_opened,
+                                           job_peers_only=self._job_peers_only)
             self.snapshots = SnapshotTriggers(
                 self.config, hostname=lambda: str(self.host.get("hostname", "")),
                 on_taken=self._snapshot_taken, known_recommendations=self.recommended_before)
@@ -843,6 +844,12 @@ class Daemon:
         has no kind yet."""
         kind = self.kinds.kinds.get(process_key(*key))
         return None if kind is None else kind.peer_connections
+
+    def _job_peers_only(self, key: tuple[int, float]) -> bool:
+        """Whether process `key`'s TCP connections all go to its own job's GPU processes, as
+        its kind read them (Kind.job_peers_only; False where it has no kind yet)."""
+        kind = self.kinds.kinds.get(process_key(*key))
+        return kind is not None and kind.job_peers_only
 
     def _snapshot_taken(self, trigger: dict[str, Any], result: dict[str, Any]) -> None:
         """An incident snapshot is written: its event points to it. On the loop."""

@@ -75,7 +75,8 @@ def configured_kind(kind: str, label: str, observed: Kind) -> Kind:
                 serving_parent=observed.serving_parent,
                 one_held_connection=observed.one_held_connection,
                 sockets_unknown=observed.sockets_unknown, udp_ports=observed.udp_ports,
-                unix_listening=observed.unix_listening)
+                unix_listening=observed.unix_listening,
+                job_peers_only=observed.job_peers_only)
 
 
 class _Classified(NamedTuple):

@@ -1398,6 +1398,41 @@ def test_a_worker_blocked_on_a_socket_nothing_came_to_waits_for_its_next_job():
                     source_line=lines(recv_exact="chunk = shard.read(size)")).phase == "data_wait"
 
 
+def test_a_rank_blocked_on_a_socket_to_its_own_job_waits_for_its_peer():
+    """Probe 143 F2: a rank of a hand-written all-reduce blocked in conn.recv for its sibling
+    rank (which preprocesses on its CPU) read as a worker waiting for its next job (idle,
+    JOB_WAIT: batch_inference, 'scale to zero'). Where its TCP connections all go to its own
+    job's GPU processes (HostSignals.job_peers_only, from its kind), it waits for its peer:
+    comm, woken by the peer's bytes or not; a client library's read stays input."""
+    slept = HostSignals(seconds=3.0, main_thread_cpu=0.0, process_cpu=0.0, tree_cpu=0.0,
+                        main_thread_woke=False, job_peers_only=True)
+    main = [("/home/me/ddp.py", "recv_exactly", 40), ("/home/me/ddp.py", "allreduce", 49),
+            ("/home/me/ddp.py", "rank", 77)]
+    recv = lines(recv_exactly="chunk = conn.recv(n - len(got))")
+    for signals in (slept, dataclasses.replace(slept, main_thread_woke=True),
+                    dataclasses.replace(slept, main_thread_woke=None)):
+        found = classify(threads(main), gpu_busy=False, source_line=recv, signals=signals)
+        assert found.phase == "comm", (signals, found)
+        assert found.reason.startswith(stack_rules.PEER_WAIT), found.reason
+        assert "conn.recv(n - len(got))" in found.reason
+        assert found.frame == Frame("recv_exactly", "/home/me/ddp.py", 40)
+    # the same read with a connection elsewhere too (a broker, a job server): a job wait
+    found = classify(threads(main), gpu_busy=False, source_line=recv,
+                     signals=dataclasses.replace(slept, job_peers_only=False))
+    assert found.reason.startswith(stack_rules.JOB_WAIT), found
+    # through socket.py's frames (a socket file)
+    stream = [(f"{STDLIB}/socket.py", "SocketIO.readinto", 706),
+              ("/home/me/ddp.py", "receive_grads", 25), ("/home/me/ddp.py", "main", 38)]
+    assert classify(threads(stream), gpu_busy=False, source_line=no_source,
+                    signals=slept).phase == "comm"
+    download = [stream[0], (f"{STDLIB}/http/client.py", "HTTPResponse.read", 466), *stream[1:]]
+    assert classify(threads(download), gpu_busy=False, source_line=no_source,
+                    signals=slept).phase == "data_wait"
+    # the GPU busy meanwhile: compute, as ever
+    assert classify(threads(main), gpu_busy=True, source_line=recv,
+                    signals=slept).phase == "compute"
+
+
 # A redis-py 8 worker in BLPOP on an empty list, as py-spy dumps it (Python 3.11): the
 # command's method above redis-py's socket reads, which leave no socket.py frame (recv_into is C).
 SITE_PACKAGES = "/srv/venv/lib/python3.11/site-packages"
