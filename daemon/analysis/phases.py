@@ -56,6 +56,8 @@ from daemon.analysis.stack_rules import (
     JOB_WAIT,
     LIBRARY,
     LOCK,
+    LOCK_CALL,
+    LOCK_WAIT,
     PEER_WAIT,
     POLL_LINES_LOOKED_AT,
     POLLING_TAKE,
@@ -358,6 +360,10 @@ def classify(
         fed = _process_feeds_it(called, frames, responsible)
         if fed is not None:
             return fed
+    if wait is not None and wait[0].kind == WAIT and not busy_elsewhere:
+        locked = _waits_for_locked_threads(threads, thread, wait, source_line)
+        if locked is not None:
+            return locked
     if wait is not None:
         if busy_elsewhere and wait[0].kind in (WAIT, JOB):
             return _said(wait, responsible, "GPU busy meanwhile: its work runs in another "
@@ -408,6 +414,57 @@ def classify(
 
 # Other threads looked at for the one a waiting main thread takes its input from.
 MAX_THREADS_LOOKED_AT = 64
+
+
+def _on_a_lock(thread: ThreadStack, source_line: SourceLine | None) -> Frame | None:
+    """The user line at which `thread` (blocked: py-spy not active) waits on a lock: a lock's
+    frame below it (LOCK: a semaphore, a file lock), or a lock's acquire in C on it (LOCK_CALL:
+    `with stats_lock:`, `lock.acquire()`, no Python frame below); None otherwise."""
+    line = user_frame(thread.frames)
+    if line is None or thread.active:
+        return None
+    called = thread.frames[: thread.frames.index(line)]
+    if first_match(called, LOCK) is not None:
+        return line
+    return line if not called and _calls(line, LOCK_CALL, source_line) else None
+
+
+def _waits_for_locked_threads(threads: Sequence[ThreadStack], main: ThreadStack | None,
+                              wait: tuple[FrameRule, Frame], source_line: SourceLine | None
+                              ) -> Classification | None:
+    """Idle on a lock (LOCK_WAIT), where the main thread waits in threading or a queue
+    (Thread.join, an event, a condition, a queue's get: `wait`) and other threads of the user's
+    code wait on locks (`_on_a_lock`) while none of them runs: the main thread waits for
+    threads that wait for whoever holds their locks, as a main thread blocked on a lock itself
+    does (rules/idle.py looks first either way). Where every thread of the user's code besides
+    the main one waits on a lock, nothing of it can release one: a deadlock? The line shown is
+    the first lock wait's, in its thread. None where no thread waits on a lock, or one runs."""
+    if main is None or not fnmatchcase(wait[1].filename.replace("\\", "/"),
+                                       "*/threading.py") and not fnmatchcase(
+            wait[1].filename.replace("\\", "/"), "*/queue.py"):
+        return None
+    locked: list[tuple[ThreadStack, Frame]] = []
+    others = 0
+    for other in islice((t for t in threads if t is not main), MAX_THREADS_LOOKED_AT):
+        if user_frame(other.frames) is None:
+            continue  # a library's own thread (a telemetry client, a pin-memory thread)
+        if other.active:
+            return None  # a thread at work: it may release what the others wait for
+        others += 1
+        line = _on_a_lock(other, source_line)
+        if line is not None:
+            locked.append((other, line))
+    if not locked:
+        return None
+    shown = ", ".join(
+        f"{t.thread_name[:40] if t.thread_name else f'tid {t.thread_id}'!r} at {_where(line)}"
+        for t, line in locked[:3]) + (f" and {len(locked) - 3} more" if len(locked) > 3 else "")
+    stuck = (": every other thread of its code waits on a lock, none can release one (a "
+             "deadlock?)" if len(locked) == others else "")
+    first, line = locked[0]
+    return Classification(
+        IDLE, f"{LOCK_WAIT}: its main thread {wait[0].reason} ({_where(wait[1])}) for threads "
+        f"that wait on locks ({shown}){stuck}", line, first)
 
 
 def _is_handoff(wait: tuple[FrameRule, Frame]) -> bool:

@@ -1433,6 +1433,45 @@ def test_a_rank_blocked_on_a_socket_to_its_own_job_waits_for_its_peer():
                     signals=slept).phase == "compute"
 
 
+def test_a_main_thread_joining_threads_that_wait_on_locks_waits_on_a_lock():
+    """Probe 143 F5: two threads deadlocked on two locks (`with stats_lock:` inside `with
+    model_lock:`, and the other way round), the main thread in Thread.join: the reason said
+    only 'waiting in Thread.join' (idle_gpu_held's SIGTERM), where a main thread waiting on a
+    lock itself gets a look first. The main thread waits for threads that wait on locks: a
+    lock wait, naming those threads' lines, and a deadlock where no other thread is left."""
+    join = [(f"{STDLIB}/threading.py", "Thread._wait_for_tstate_lock", 1132),
+            (f"{STDLIB}/threading.py", "Thread.join", 1112), ("/home/me/train.py", "main", 25)]
+    step = [("/home/me/train.py", "train_steps", 12), (f"{STDLIB}/threading.py", "Thread.run", 982)]
+    log = [("/home/me/train.py", "log_stats", 18), (f"{STDLIB}/threading.py", "Thread.run", 982)]
+    source = lines(train_steps="        with stats_lock:", log_stats="        with model_lock:",
+                   main="    t1.join(); t2.join()")
+    found = classify(threads(join, (step, False), (log, False)), gpu_busy=False,
+                     source_line=source, signals=signals(tree_cpu=0.0, main_thread_woke=False))
+    assert found.phase == "idle", found
+    assert found.reason.startswith(stack_rules.LOCK_WAIT), found.reason
+    assert "Thread.join" in found.reason and "train.py:12 train_steps" in found.reason
+    assert "train.py:18 log_stats" in found.reason and "deadlock?" in found.reason
+    assert found.frame == Frame("train_steps", "/home/me/train.py", 12)
+    assert found.thread is not None and found.thread.thread_id == 2
+    # one of them works (or runs): no lock wait said, whatever the other does
+    assert not classify(threads(join, (step, True), (log, False)), gpu_busy=False,
+                        source_line=source).reason.startswith(stack_rules.LOCK_WAIT)
+    # one waits on a lock, the other sleeps: a lock wait, no deadlock said
+    nap = lines(train_steps="        with stats_lock:", log_stats="        time.sleep(60)")
+    found = classify(threads(join, (step, False), (log, False)), gpu_busy=False,
+                     source_line=nap)
+    assert found.reason.startswith(stack_rules.LOCK_WAIT) and "deadlock" not in found.reason
+    # no thread on a lock (a `with` that calls, an open): the join as before
+    calls = lines(train_steps="        with open(path) as f:", log_stats="        time.sleep(60)")
+    found = classify(threads(join, (step, False), (log, False)), gpu_busy=False,
+                     source_line=calls)
+    assert found.reason.startswith("waiting in Thread.join"), found.reason
+    # a main thread blocked at `with lock:` itself (C: no frame below) waits on a lock
+    found = classify(threads([("/home/me/train.py", "main", 30)]), gpu_busy=False,
+                     source_line=lines(main="    with model_lock:"))
+    assert found.phase == "idle" and found.reason.startswith(stack_rules.LOCK_WAIT), found
+
+
 # A redis-py 8 worker in BLPOP on an empty list, as py-spy dumps it (Python 3.11): the
 # command's method above redis-py's socket reads, which leave no socket.py frame (recv_into is C).
 SITE_PACKAGES = "/srv/venv/lib/python3.11/site-packages"
