@@ -259,6 +259,10 @@ class Kind:
     # least to its job: a wait on its sockets is a wait for a peer of its job (comm), not for a
     # job server's next job (HostSignals.job_peers_only, daemon.analysis.phases).
     job_peers_only: bool = False
+    # It is an interactive Python prompt (KindFacts.prompt: an interpreter with no script, or
+    # -i, or an IPython shell, its stdin a terminal): a main thread with no Python frame reads
+    # its user's next line in C (HostSignals.interactive_prompt, daemon.analysis.phases).
+    interactive_prompt: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "kind_confidence": round(self.confidence, 2),
@@ -464,7 +468,9 @@ def classify_kind(command: str, facts: KindFacts | None,
                               "sockets_unknown": unknown, "udp_ports": udp,
                               "unix_listening": unix,
                               "job_peers_only": facts is not None and facts.job_connections > 0
-                              and facts.outside_connections == 0}
+                              and facts.outside_connections == 0,
+                              "interactive_prompt": facts is not None and facts.prompt in
+                              PROMPT_EVIDENCE}
     if ports and facts is not None and facts.first_sockets_read_at is not None:
         caught.update(connections_caught=facts.connections_caught,
                       connections_over_s=max(facts.sockets_read_at

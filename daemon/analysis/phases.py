@@ -61,6 +61,7 @@ from daemon.analysis.stack_rules import (
     PEER_WAIT,
     POLL_LINES_LOOKED_AT,
     POLLING_TAKE,
+    PROMPT_WAIT,
     PYTHON_ON_CPU,
     SLEEP_CALL,
     SOCKET_READ_CALL,
@@ -222,6 +223,11 @@ def classify(
     if not frames:
         if gpu_busy:
             return Classification(COMPUTE, "GPU busy (no Python stack)", None)
+        if (signals is not None and signals.interactive_prompt and thread is not None
+                and not thread.active):
+            return Classification(
+                IDLE, f"{PROMPT_WAIT}: an interpreter in a terminal reading its user's next "
+                "line (in C: no Python frame)", None)
         return Classification(UNKNOWN, "no Python stack for the main thread", None)
 
     context = first_match(frames, CONTEXT)

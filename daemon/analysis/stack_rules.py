@@ -88,6 +88,11 @@ PEER_WAIT = "waiting for a peer of its own job"
 # __enter__ is C (threading.Lock, RLock) and leaves no Python frame.
 LOCK_CALL = re.compile(r"\b(fcntl\.)?(flock|lockf)\(|\.acquire\(|"
                        r"^\s*with\s+[A-Za-z_][\w.]*(\s*,\s*[A-Za-z_][\w.]*)*\s*:")
+# An interactive Python prompt (a REPL in a terminal: Kind.interactive_prompt) whose main thread
+# shows no Python frame: the interpreter reads its user's next line in C (PyOS_Readline). Idle,
+# its user away or thinking: rules/idle.py looks first (close it when done), never the SIGTERM
+# that would lose what the user loaded.
+PROMPT_WAIT = "waiting at its interactive prompt"
 # A main thread waiting on file descriptors: a select() or poll() on its line (C), the
 # selectors module, an asyncio loop. With TCP connections it opened (Kind.peer_connections: to
 # a job server, a coordinator) it may wait for whoever is at the other end: rules/idle.py looks

@@ -28,7 +28,7 @@ from daemon import clock
 from daemon.analysis.analyzer import Analyzer
 from daemon.analysis.balance import checkpoint_times, phase_balances
 from daemon.analysis.book import HOLDING
-from daemon.analysis.kinds import job_wait_markers
+from daemon.analysis.kinds import Kind, job_wait_markers
 from daemon.analysis.latency import LatencyMeter
 from daemon.analysis.latency import reading as latency_reading
 from daemon.analysis.meters import reading_name
@@ -631,7 +631,7 @@ class Daemon:
                                            dump_spread_s=self.config.daemon.interval,
                                            started_at=self.started_at,
                                            connections_opened=self._connections_opened,
-                                           job_peers_only=self._job_peers_only)
+                                           kind_of=self._kind_of)
             self.snapshots = SnapshotTriggers(
                 self.config, hostname=lambda: str(self.host.get("hostname", "")),
                 on_taken=self._snapshot_taken, known_recommendations=self.recommended_before)
@@ -845,11 +845,9 @@ class Daemon:
         kind = self.kinds.kinds.get(process_key(*key))
         return None if kind is None else kind.peer_connections
 
-    def _job_peers_only(self, key: tuple[int, float]) -> bool:
-        """Whether process `key`'s TCP connections all go to its own job's GPU processes, as
-        its kind read them (Kind.job_peers_only; False where it has no kind yet)."""
-        kind = self.kinds.kinds.get(process_key(*key))
-        return kind is not None and kind.job_peers_only
+    def _kind_of(self, key: tuple[int, float]) -> Kind | None:
+        """Process `key`'s kind as the last kinds round left it (None: no kind yet)."""
+        return self.kinds.kinds.get(process_key(*key))
 
     def _snapshot_taken(self, trigger: dict[str, Any], result: dict[str, Any]) -> None:
         """An incident snapshot is written: its event points to it. On the loop."""

@@ -1472,6 +1472,23 @@ def test_a_main_thread_joining_threads_that_wait_on_locks_waits_on_a_lock():
     assert found.phase == "idle" and found.reason.startswith(stack_rules.LOCK_WAIT), found
 
 
+def test_an_interactive_prompts_frameless_main_thread_waits_at_its_prompt():
+    """Probe 143 F4: a python REPL at its prompt reads its next line in C (PyOS_Readline): py-spy
+    shows its main thread idle with no Python frame, which read `unknown`. Where its kind says it
+    is an interactive prompt (HostSignals.interactive_prompt), it waits at its prompt: idle.
+    Not where it runs (py-spy: active), nor any other frameless main thread."""
+    prompt = [ThreadStack(1, "MainThread", False, ())]
+    at = signals(interactive_prompt=True, tree_cpu=0.0, main_thread_woke=False)
+    found = classify(prompt, gpu_busy=False, signals=at)
+    assert found.phase == "idle" and found.reason.startswith(stack_rules.PROMPT_WAIT), found
+    assert found.frame is None
+    running = [ThreadStack(1, "MainThread", True, ())]
+    assert classify(running, gpu_busy=False, signals=at).phase == "unknown"
+    assert classify(prompt, gpu_busy=False, signals=signals()).phase == "unknown"
+    assert classify(prompt, gpu_busy=False).phase == "unknown"
+    assert classify(prompt, gpu_busy=True, signals=at).phase == "compute"
+
+
 # A redis-py 8 worker in BLPOP on an empty list, as py-spy dumps it (Python 3.11): the
 # command's method above redis-py's socket reads, which leave no socket.py frame (recv_into is C).
 SITE_PACKAGES = "/srv/venv/lib/python3.11/site-packages"
