@@ -112,6 +112,13 @@ class HostSignals:
     # accepted on its own ports), as its kind read them (daemon.analysis.kinds.Kind.
     # peer_connections). None: no kind yet.
     connections_opened: int | None = None
+    # Its TCP connections all go to GPU processes of its own job (its parent, children or
+    # sibling ranks) or to itself, as its kind read them (Kind.job_peers_only): a bare socket
+    # read waits for a peer of its job (comm), not for a job server's next job.
+    job_peers_only: bool = False
+    # It is an interactive Python prompt, its stdin a terminal, as its kind read it
+    # (Kind.interactive_prompt): a main thread with no Python frame waits at the prompt.
+    interactive_prompt: bool = False
 
     def streams(self, per_s: float, line: float) -> str | None:
         """How a rate of `per_s` bytes a second meets `line`: per wall second, or per

@@ -258,6 +258,15 @@ class Kind:
     # (KindFacts.udp_wildcard_ports): a client's or a server's. Waiting on its sockets, it may
     # be serving datagrams (rules/idle.py looks first).
     udp_wildcard_ports: tuple[int, ...] = ()
+    # At the last socket read, its TCP connections all went to GPU processes of its own job
+    # (its parent, children or sibling ranks; KindFacts.job_connections) or to itself, one at
+    # least to its job: a wait on its sockets is a wait for a peer of its job (comm), not for a
+    # job server's next job (HostSignals.job_peers_only, daemon.analysis.phases).
+    job_peers_only: bool = False
+    # It is an interactive Python prompt (KindFacts.prompt: an interpreter with no script, or
+    # -i, or an IPython shell, its stdin a terminal): a main thread with no Python frame reads
+    # its user's next line in C (HostSignals.interactive_prompt, daemon.analysis.phases).
+    interactive_prompt: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "kind_confidence": round(self.confidence, 2),
@@ -470,7 +479,11 @@ def classify_kind(command: str, facts: KindFacts | None,
     caught: dict[str, Any] = {"peer_connections": facts.other_connections if facts else 0,
                               "sockets_unknown": unknown, "udp_ports": udp,
                               "unix_listening": unix,
-                              "udp_wildcard_ports": facts.udp_wildcard_ports if facts else ()}
+                              "udp_wildcard_ports": facts.udp_wildcard_ports if facts else (),
+                              "job_peers_only": facts is not None and facts.job_connections > 0
+                              and facts.outside_connections == 0,
+                              "interactive_prompt": facts is not None and facts.prompt in
+                              PROMPT_EVIDENCE}
     if ports and facts is not None and facts.first_sockets_read_at is not None:
         caught.update(connections_caught=facts.connections_caught,
                       connections_over_s=max(facts.sockets_read_at

@@ -56,8 +56,12 @@ from daemon.analysis.stack_rules import (
     JOB_WAIT,
     LIBRARY,
     LOCK,
+    LOCK_CALL,
+    LOCK_WAIT,
+    PEER_WAIT,
     POLL_LINES_LOOKED_AT,
     POLLING_TAKE,
+    PROMPT_WAIT,
     PYTHON_ON_CPU,
     SLEEP_CALL,
     SOCKET_READ_CALL,
@@ -162,7 +166,10 @@ def classify(
     frames > I/O frames or an I/O call on the innermost user line (a bare socket's read, or an
     HTTP request's wait for its answer to begin, with nothing coming to it, `signals` say, is a
     worker waiting for its next job: idle, JOB_WAIT; so is botocore's request under a user
-    line that receives from SQS, `_receives_from_sqs`) >
+    line that receives from SQS, `_receives_from_sqs`; a bare socket's read, whatever comes,
+    where the process's TCP connections all go to its own job's GPU processes, its parent,
+    children or sibling ranks, `signals.job_peers_only`, is a rank waiting for its peer: comm,
+    `_waits_for_peer`) >
     the innermost data-loading or serving library frame > a wait on a queue, condition or
     event (or a get in C on the user line: a queue.SimpleQueue) while another thread of the
     process works on input (data wait: `_fed_by`, that thread's line the responsible one) > a
@@ -216,6 +223,11 @@ def classify(
     if not frames:
         if gpu_busy:
             return Classification(COMPUTE, "GPU busy (no Python stack)", None)
+        if (signals is not None and signals.interactive_prompt and thread is not None
+                and not thread.active):
+            return Classification(
+                IDLE, f"{PROMPT_WAIT}: an interpreter in a terminal reading its user's next "
+                "line (in C: no Python frame)", None)
         return Classification(UNKNOWN, "no Python stack for the main thread", None)
 
     context = first_match(frames, CONTEXT)
@@ -262,6 +274,10 @@ def classify(
             if receive is not None:
                 return receive
             answer = awaited_answer(called)
+            if answer is None and not _client_read(called):
+                peer = _waits_for_peer(signals, _where(io[1]), responsible)
+                if peer is not None:
+                    return peer
             if answer is not None:  # a request whose answer has not begun: a long poll?
                 nothing = _nothing_arriving(
                     signals, f"an HTTP request whose answer has not begun, {_where(answer)}",
@@ -280,8 +296,9 @@ def classify(
         return _reads_pipe(signals.main_thread_blocked_on, responsible, signals, source_line)
     if line_call is not None and line_call[0] in (DATA_WAIT, CHECKPOINT, OUTPUT):
         if line_call[0] == DATA_WAIT and _calls(responsible, SOCKET_READ_CALL, source_line):
-            nothing = _nothing_arriving(signals, f"`{_code(responsible, source_line)}`",
-                                        responsible)
+            what = f"`{_code(responsible, source_line)}`"
+            nothing = (_waits_for_peer(signals, what, responsible)
+                       or _nothing_arriving(signals, what, responsible))
             if nothing is not None:
                 return nothing
         return Classification(line_call[0], line_call[1], responsible)
@@ -349,6 +366,10 @@ def classify(
         fed = _process_feeds_it(called, frames, responsible)
         if fed is not None:
             return fed
+    if wait is not None and wait[0].kind == WAIT and not busy_elsewhere:
+        locked = _waits_for_locked_threads(threads, thread, wait, source_line)
+        if locked is not None:
+            return locked
     if wait is not None:
         if busy_elsewhere and wait[0].kind in (WAIT, JOB):
             return _said(wait, responsible, "GPU busy meanwhile: its work runs in another "
@@ -399,6 +420,57 @@ def classify(
 
 # Other threads looked at for the one a waiting main thread takes its input from.
 MAX_THREADS_LOOKED_AT = 64
+
+
+def _on_a_lock(thread: ThreadStack, source_line: SourceLine | None) -> Frame | None:
+    """The user line at which `thread` (blocked: py-spy not active) waits on a lock: a lock's
+    frame below it (LOCK: a semaphore, a file lock), or a lock's acquire in C on it (LOCK_CALL:
+    `with stats_lock:`, `lock.acquire()`, no Python frame below); None otherwise."""
+    line = user_frame(thread.frames)
+    if line is None or thread.active:
+        return None
+    called = thread.frames[: thread.frames.index(line)]
+    if first_match(called, LOCK) is not None:
+        return line
+    return line if not called and _calls(line, LOCK_CALL, source_line) else None
+
+
+def _waits_for_locked_threads(threads: Sequence[ThreadStack], main: ThreadStack | None,
+                              wait: tuple[FrameRule, Frame], source_line: SourceLine | None
+                              ) -> Classification | None:
+    """Idle on a lock (LOCK_WAIT), where the main thread waits in threading or a queue
+    (Thread.join, an event, a condition, a queue's get: `wait`) and other threads of the user's
+    code wait on locks (`_on_a_lock`) while none of them runs: the main thread waits for
+    threads that wait for whoever holds their locks, as a main thread blocked on a lock itself
+    does (rules/idle.py looks first either way). Where every thread of the user's code besides
+    the main one waits on a lock, nothing of it can release one: a deadlock? The line shown is
+    the first lock wait's, in its thread. None where no thread waits on a lock, or one runs."""
+    if main is None or not fnmatchcase(wait[1].filename.replace("\\", "/"),
+                                       "*/threading.py") and not fnmatchcase(
+            wait[1].filename.replace("\\", "/"), "*/queue.py"):
+        return None
+    locked: list[tuple[ThreadStack, Frame]] = []
+    others = 0
+    for other in islice((t for t in threads if t is not main), MAX_THREADS_LOOKED_AT):
+        if user_frame(other.frames) is None:
+            continue  # a library's own thread (a telemetry client, a pin-memory thread)
+        if other.active:
+            return None  # a thread at work: it may release what the others wait for
+        others += 1
+        line = _on_a_lock(other, source_line)
+        if line is not None:
+            locked.append((other, line))
+    if not locked:
+        return None
+    shown = ", ".join(
+        f"{t.thread_name[:40] if t.thread_name else f'tid {t.thread_id}'!r} at {_where(line)}"
+        for t, line in locked[:3]) + (f" and {len(locked) - 3} more" if len(locked) > 3 else "")
+    stuck = (": every other thread of its code waits on a lock, none can release one (a "
+             "deadlock?)" if len(locked) == others else "")
+    first, line = locked[0]
+    return Classification(
+        IDLE, f"{LOCK_WAIT}: its main thread {wait[0].reason} ({_where(wait[1])}) for threads "
+        f"that wait on locks ({shown}){stuck}", line, first)
 
 
 def _is_handoff(wait: tuple[FrameRule, Frame]) -> bool:
@@ -502,6 +574,10 @@ def _fed_by_network(threads: Sequence[ThreadStack], main: ThreadStack | None,
         if read is None:
             continue
         name = other.thread_name[:40] if other.thread_name else f"tid {other.thread_id}"
+        peer = _waits_for_peer(signals, f"its main thread {waiting} for what thread {name!r} "
+                               f"reads from a socket, {read}", responsible)
+        if peer is not None:
+            return peer
         return _nothing_arriving(
             signals, f"its main thread {waiting} for what thread {name!r} reads from a "
             f"socket, {read}", responsible, "a job dispatcher or a broker with no work for it, "
@@ -572,6 +648,21 @@ def _children_at_work(signals: HostSignals | None) -> str | None:
     running = (f"{signals.children_running} on a CPU or waiting for one, "
                if signals.children_running else "")
     return f"{running}{cpu:.0%} of a core"
+
+
+def _waits_for_peer(signals: HostSignals | None, what: str,
+                    responsible: Frame | None) -> Classification | None:
+    """Comm, where the main thread blocks on a bare socket (`what`) and the process's TCP
+    connections all go to GPU processes of its own job (its parent, children or sibling ranks)
+    or to itself (`signals.job_peers_only`, from its kind's socket reads): a rank waiting for
+    its peer in a hand-written all-reduce or exchange (the straggler is the one it waits for),
+    not a worker waiting for a job server's next job. None otherwise."""
+    if signals is None or not signals.job_peers_only:
+        return None
+    return Classification(
+        COMM, f"{PEER_WAIT} on a socket ({what}): its TCP connections all go to its own job's "
+        "GPU processes (its parent, children or sibling ranks), not to a job server",
+        responsible)
 
 
 def _nothing_arriving(signals: HostSignals | None, what: str, responsible: Frame | None,

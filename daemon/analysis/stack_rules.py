@@ -79,6 +79,20 @@ LOCK_WAIT = "waiting on a lock"
 # between jobs, as a server between requests: never a process to stop (rules/idle.py gives it
 # idle_server's advice), and no input pipeline to prefetch (no dataloader_starvation).
 JOB_WAIT = "waiting for its next job"
+# A rank waiting on a socket for a peer of its own job (its TCP connections all go to its
+# parent, children or sibling ranks: a hand-written all-reduce): comm, the peer it waits for
+# the straggler, never a job wait (daemon.analysis.phases._waits_for_peer).
+PEER_WAIT = "waiting for a peer of its own job"
+# A lock's acquire on a user line: a file lock (flock, lockf), an acquire, or a `with` of a
+# lock held in a name or an attribute (`with self._lock:`, `with stats_lock, model_lock:`), whose
+# __enter__ is C (threading.Lock, RLock) and leaves no Python frame.
+LOCK_CALL = re.compile(r"\b(fcntl\.)?(flock|lockf)\(|\.acquire\(|"
+                       r"^\s*with\s+[A-Za-z_][\w.]*(\s*,\s*[A-Za-z_][\w.]*)*\s*:")
+# An interactive Python prompt (a REPL in a terminal: Kind.interactive_prompt) whose main thread
+# shows no Python frame: the interpreter reads its user's next line in C (PyOS_Readline). Idle,
+# its user away or thinking: rules/idle.py looks first (close it when done), never the SIGTERM
+# that would lose what the user loaded.
+PROMPT_WAIT = "waiting at its interactive prompt"
 # A main thread waiting on file descriptors: a select() or poll() on its line (C), the
 # selectors module, an asyncio loop. With TCP connections it opened (Kind.peer_connections: to
 # a job server, a coordinator) it may wait for whoever is at the other end: rules/idle.py looks
@@ -487,7 +501,10 @@ SOURCE_CALLS: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
          r"\bos\.(read|pread|readv|preadv)\(|\bnp\.(load|fromfile)\(|\burlopen\(|"
          r"\bImage\.open\(|\bopen\([^)]*['\"]r?b?['\"]|\bopen\([^,)]*\)",
          DATA_WAIT, "reading a file or socket"),
-        (r"\b(fcntl\.)?(flock|lockf)\(|\.acquire\(", IDLE, LOCK_WAIT),
+        # (a `with` of a bare name or attribute, no call, and no Python frame below it: an
+        # __enter__ in C that blocks, a threading.Lock's or RLock's; a context manager of
+        # Python code leaves its __enter__'s frame)
+        (LOCK_CALL.pattern, IDLE, LOCK_WAIT),
         (r"\b(select|poll|epoll_wait)\(", IDLE, FD_WAIT),
         # a hand-rolled server's `conn, addr = sock.accept()` (C): waiting for its next client
         (r"\.accept\(\s*\)", IDLE, "waiting for a client to connect (accept)"),

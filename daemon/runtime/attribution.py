@@ -48,7 +48,7 @@ from typing import Any, NamedTuple
 from daemon.analysis.balance import LOW_UTILIZATION
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, gpu_is_busy
 from daemon.analysis.host_signals import MULTIPROCESSING_HELPERS, HostSignals, cpu_demand
-from daemon.analysis.kinds import frame_markers
+from daemon.analysis.kinds import Kind, frame_markers
 from daemon.analysis.live_phases import LivePhases
 from daemon.analysis.phases import classify, waits_on_data_queue
 from daemon.analysis.proc_phases import classify_from_proc
@@ -197,12 +197,17 @@ class Attribution:
                  idle_utilization_pct: float = DEFAULT_IDLE_UTILIZATION_PCT,
                  sample_always: bool = False, interval_s: float = 1.0,
                  dump_spread_s: float = 0.0, started_at: float | None = None,
-                 connections_opened: Callable[[tuple[int, float]], int | None] | None = None
+                 connections_opened: Callable[[tuple[int, float]], int | None] | None = None,
+                 kind_of: Callable[[tuple[int, float]], Kind | None] | None = None
                  ) -> None:
         self.config = config
         # A process's ESTABLISHED TCP connections that it opened, by key, as its kind read them
-        # (None: no kind yet): HostSignals.connections_opened.
+        # (None: no kind yet): HostSignals.connections_opened. And its kind, by key (None: no
+        # kind yet): whether its connections all go to its own job's GPU processes
+        # (HostSignals.job_peers_only), whether it is an interactive prompt
+        # (HostSignals.interactive_prompt).
         self.connections_opened = connections_opened
+        self.kind_of = kind_of
         # Each dump waits a random 0..dump_spread_s first (see the module doc); a test on its
         # own clock leaves it 0.
         self.dump_spread_s = max(0.0, min(dump_spread_s, config.dump_interval / 2))
@@ -399,6 +404,7 @@ class Attribution:
                 main_woke = (last_one.runs > last_but_one.runs
                              or last_one.queued > last_but_one.queued)
         utils = [s.gpu_utilization for s in snapshots if s.gpu_utilization is not None]
+        kind = self.kind_of(proc.key) if self.kind_of is not None else None
         return HostSignals(
             seconds=seconds, main_thread_cpu=main_cpu, main_thread_queued=main_queued,
             main_thread_woke=main_woke,
@@ -410,7 +416,9 @@ class Attribution:
             gpu_busy=gpu_is_busy(sum(utils) / len(utils), self.idle_utilization_pct)
             if utils else None,
             connections_opened=(None if self.connections_opened is None
-                                else self.connections_opened(proc.key)))
+                                else self.connections_opened(proc.key)),
+            job_peers_only=kind is not None and kind.job_peers_only,
+            interactive_prompt=kind is not None and kind.interactive_prompt)
 
     def _qualify(self, dip: _Dip) -> None:
         dip.qualified = True  # (at this tick: its last below)
@@ -624,7 +632,13 @@ class Attribution:
             seen = self.frame_markers.setdefault(proc.key, {})
             seen.update(dict.fromkeys(markers, result.ts))
         thread = main_thread(result.threads)
-        if thread is None or not thread.frames:
+        if thread is None:
+            return []
+        host = self.host_signals(proc)
+        if not thread.frames and (host is None or not host.interactive_prompt
+                                  or thread.active):
+            # (an interactive prompt's main thread reads its user's next line in C: no frame,
+            # and still a sample: it waits at the prompt, daemon.analysis.phases)
             return []
         signals = self._signals.get(proc.key, _Signals())
         leaf = user_frame(thread.frames)
@@ -639,7 +653,6 @@ class Attribution:
         # a batch is data wait however busy the tick was. A DataLoader worker holds no GPU.
         # All its threads: a main thread waiting on a queue that a reader thread fills waits
         # for data, and the sample keeps the reader's stack, whose line is the one to look at.
-        host = self.host_signals(proc)
         if host is not None and not thread.active:
             # What a blocked main thread reads, where it is a pipe (read right after the dump:
             # a thread blocked on a pipe stays so): a read in C leaves no Python frame.

@@ -28,7 +28,7 @@ from daemon import clock
 from daemon.analysis.analyzer import Analyzer
 from daemon.analysis.balance import checkpoint_times, phase_balances
 from daemon.analysis.book import HOLDING
-from daemon.analysis.kinds import job_wait_markers
+from daemon.analysis.kinds import Kind, job_wait_markers
 from daemon.analysis.latency import LatencyMeter
 from daemon.analysis.latency import reading as latency_reading
 from daemon.analysis.meters import reading_name
@@ -630,7 +630,8 @@ class Daemon:
                                            interval_s=self.config.daemon.interval,
                                            dump_spread_s=self.config.daemon.interval,
                                            started_at=self.started_at,
-                                           connections_opened=self._connections_opened)
+                                           connections_opened=self._connections_opened,
+                                           kind_of=self._kind_of)
             self.snapshots = SnapshotTriggers(
                 self.config, hostname=lambda: str(self.host.get("hostname", "")),
                 on_taken=self._snapshot_taken, known_recommendations=self.recommended_before)
@@ -843,6 +844,10 @@ class Daemon:
         has no kind yet."""
         kind = self.kinds.kinds.get(process_key(*key))
         return None if kind is None else kind.peer_connections
+
+    def _kind_of(self, key: tuple[int, float]) -> Kind | None:
+        """Process `key`'s kind as the last kinds round left it (None: no kind yet)."""
+        return self.kinds.kinds.get(process_key(*key))
 
     def _snapshot_taken(self, trigger: dict[str, Any], result: dict[str, Any]) -> None:
         """An incident snapshot is written: its event points to it. On the loop."""

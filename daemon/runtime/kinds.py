@@ -76,7 +76,9 @@ def configured_kind(kind: str, label: str, observed: Kind) -> Kind:
                 one_held_connection=observed.one_held_connection,
                 sockets_unknown=observed.sockets_unknown, udp_ports=observed.udp_ports,
                 unix_listening=observed.unix_listening,
-                udp_wildcard_ports=observed.udp_wildcard_ports)
+                udp_wildcard_ports=observed.udp_wildcard_ports,
+                job_peers_only=observed.job_peers_only,
+                interactive_prompt=observed.interactive_prompt)
 
 
 class _Classified(NamedTuple):

@@ -17,11 +17,14 @@ Read as root, so bounded and safe:
   one waits on its sockets (rules/idle.py). The UDP tables are read
   once per network namespace per round, and only for a process some of whose sockets are in
   no TCP row (0.05 ms with no UDP socket on the host, 5.3 ms with 1,000, read and parsed on a
-  shared 2-core machine; beside ~10-30 ms for the TCP tables there). For a process that listens, the other end of
-  each connection is the row of the same table with the addresses swapped: none (another host
-  or namespace), its own socket, or one whose owner is looked for among the GPU processes of
-  its job (JobPeers: parent, children, siblings running its command line), which tells a rank's
-  peer port from a service (KindFacts.job_connected_seen_at, served_others).
+  shared 2-core machine; beside ~10-30 ms for the TCP tables there). For a process with TCP
+  connections, the other end of each is the row of the same table with the addresses swapped:
+  none (another host or namespace), its own socket, or one whose owner is looked for among the
+  GPU processes of its job (JobPeers: parent, children, siblings running its command line),
+  which tells a rank's peer port from a service (KindFacts.job_connected_seen_at,
+  served_others), and a rank waiting on its peer's connection from a worker on a job server's
+  (KindFacts.job_connections, outside_connections). Only a connection to a socket of this
+  namespace is looked up: one to another host (a broker, a metrics service) has no row.
 - Libraries: `/proc/PID/maps`, matched against a fixed list of library markers.
 - Parent: the first bytes of `/proc/PPID/cmdline`, matched against a fixed list of launchers.
 - Prompt: whether it is an interactive Python prompt (`read_prompt`): its own first bytes of
@@ -259,6 +262,14 @@ class KindFacts:
     # Its unconnected UDP sockets on 0.0.0.0 or :: on a port inside the ephemeral range
     # (udp_wildcard): a client's (statsd, DNS) or a server's; no table tells which.
     udp_wildcard_ports: tuple[int, ...] = ()
+    # Its ESTABLISHED TCP connections at the last socket read whose other end a GPU process of
+    # its own job holds (JobPeers: its parent, a child, a sibling running its command line),
+    # and those whose other end is neither that nor itself (another host or namespace, another
+    # process of this host). A process all of whose connections go to its job (job_connections
+    # > 0, outside_connections 0) waits on a socket for a peer of its job: a rank in a
+    # hand-written all-reduce, not a worker on a job server (daemon.analysis.phases).
+    job_connections: int = 0
+    outside_connections: int = 0
 
     @property
     def served_others(self) -> bool:
@@ -274,14 +285,20 @@ MAX_UNSETTLED = 16
 def judged_ends(facts: KindFacts, pid: int, ends: _AcceptedEnds, peers: JobPeers | None,
                 now: float) -> KindFacts:
     """`facts` with where the other ends of its connections were at this read (KindFacts'
-    job_connected_seen_at, foreign_accepted_at, unsettled_accepted)."""
+    job_connected_seen_at, foreign_accepted_at, unsettled_accepted, job_connections,
+    outside_connections)."""
     if facts.foreign_accepted_at is not None:  # it served others for good: nothing to look up
+        if facts.job_connections or facts.outside_connections != ends.established:
+            facts = replace(facts, job_connections=0, outside_connections=ends.established)
         return facts if not ends.remote else replace(facts, foreign_accepted_at=now)
     job: set[int] = set()
     if (ends.local or ends.opened) and peers is not None:
         owned = peers.owned_by_job(pid, [*ends.local.values(), *ends.opened.values()])
         job = {mine for mine, end in (*ends.local.items(), *ends.opened.items())
                if end in owned}
+    outside = max(ends.established - ends.to_self - len(job), 0)
+    if (facts.job_connections, facts.outside_connections) != (len(job), outside):
+        facts = replace(facts, job_connections=len(job), outside_connections=outside)
     unsettled = (set(facts.unsettled_accepted) | set(ends.local)) - job
     foreign_at = now if ends.remote else facts.foreign_accepted_at
     if len(unsettled) > MAX_UNSETTLED:
@@ -613,15 +630,18 @@ def _read_sockets(pid: int, tables: TcpTables | None = None,
 
 
 class _AcceptedEnds(NamedTuple):
-    """Where the other ends of a listening process's connections are at one read. Those it
-    accepted: its own socket (it connected to itself), another socket of this host's network
-    namespace (whose owner is looked for), or elsewhere (another host or namespace: no row of
-    the table is the other end). Those it opened, to another socket of this namespace."""
+    """Where the other ends of a process's connections are at one read. Those it accepted (a
+    listening process's): its own socket (it connected to itself), another socket of this
+    host's network namespace (whose owner is looked for), or elsewhere (another host or
+    namespace: no row of the table is the other end). Those it opened, to another socket of
+    this namespace. And how many it has, and how many of them end at a socket of its own."""
 
     own: frozenset[int] = frozenset()  # accepted inodes whose other end is pid's
     local: Mapping[int, int] = {}  # accepted inode -> the other end's inode (not pid's)
     remote: frozenset[int] = frozenset()  # accepted inodes from elsewhere
     opened: Mapping[int, int] = {}  # opened inode -> the other end's inode (not pid's)
+    established: int = 0  # its ESTABLISHED connections, accepted or opened
+    to_self: int = 0  # of those, the ones whose other end is a socket of its own
 
 
 _NO_ENDS = _AcceptedEnds()
@@ -629,10 +649,10 @@ _NO_ENDS = _AcceptedEnds()
 
 def _connection_ends(established: list[TcpRow], ports: set[int], all_rows: list[TcpRow],
                      own: set[int]) -> _AcceptedEnds:
-    """Where the other end of each connection of a listening process is (_AcceptedEnds): the
-    row of the same table with its local and remote addresses swapped. Looked for only where
-    a process listens and has connections (a server, a rank): one pass over the table."""
-    if not ports or not established:
+    """Where the other end of each connection of a process is (_AcceptedEnds): the row of the
+    same table with its local and remote addresses swapped. Looked for only where a process
+    has connections (a server, a rank, a client): one pass over the table."""
+    if not established:
         return _NO_ENDS
     wanted = {(row[4], row[3]): row[2] for row in established}  # (other's local, its remote)
     ends = {}
@@ -645,7 +665,8 @@ def _connection_ends(established: list[TcpRow], ports: set[int], all_rows: list[
         frozenset(i for i, end in ends.items() if end in own and i in accepted),
         {i: end for i, end in ends.items() if end not in own and i in accepted},
         frozenset(i for i in accepted if i not in ends),
-        {i: end for i, end in ends.items() if end not in own and i not in accepted})
+        {i: end for i, end in ends.items() if end not in own and i not in accepted},
+        len(established), sum(1 for end in ends.values() if end in own))
 
 
 # Peers of a local process group: the processes of one job on this host are a process and
@@ -927,7 +948,8 @@ class KindFactsReader:
                               facts.unix_listening, facts.job_connected_seen_at,
                               facts.foreign_accepted_at, facts.unsettled_accepted,
                               facts.sockets_unknown, facts.udp_ports,
-                              facts.udp_wildcard_ports)
+                              facts.udp_wildcard_ports,
+                              facts.job_connections, facts.outside_connections)
             listening, accepted_unix, cut_unix = read_unix_listening(pid, unix_tables)
             truncated.discard("unix")
             if cut_unix:

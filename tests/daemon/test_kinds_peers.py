@@ -231,3 +231,47 @@ def test_a_rank_that_connected_to_its_peer_listens_for_its_peers(start):
     alone = KindFactsReader(sockets_every_s=0.0)  # its peer holding no GPU: no sign of a job
     alone.refresh([key(slow)], NOW)
     assert (got := alone.get(key(slow))) is not None and got.job_connected_seen_at is None
+
+
+def test_a_rank_that_only_connected_to_its_sibling_rank_is_connected_to_its_job_only(start):
+    """Probe 143 F2: a rank of a hand-written all-reduce that connects to its sibling's port
+    and listens on none: its one connection ends at a GPU process of its own job, which the
+    phase classifier reads as a wait for its peer (Kind.job_peers_only). A sibling running
+    another program (a client) is no process of its job; nor is this test (no GPU)."""
+    listener = start(RANK_CODE, "1", "0", "2")
+    port = said(listener)
+    rank0 = start(RANK_CODE, "0", port, "0")  # connects, listens on nothing
+    client = start(CLIENT, port)
+    assert said(rank0) == said(client) == "connected" and said(listener) == "accepted"
+    reader = KindFactsReader(sockets_every_s=0.0)
+    reader.refresh([key(listener), key(rank0), key(client)], NOW)
+    facts, other = reader.get(key(rank0)), reader.get(key(client))
+    assert facts is not None and not facts.listening_ports and facts.other_connections == 1
+    assert (facts.job_connections, facts.outside_connections) == (1, 0), facts
+    command = "python -c from multiprocessing.spawn import spawn_main"
+    assert classify_kind(command, facts, {}, now=NOW, gpu_use="bursty").job_peers_only
+    assert other is not None and (other.job_connections, other.outside_connections) == (0, 1)
+    assert not classify_kind(command, other, {}, now=NOW, gpu_use="bursty").job_peers_only
+    served = reader.get(key(listener))  # the rank 0's connection, and the client's
+    assert served is not None and (served.job_connections, served.outside_connections) == (1, 1)
+    assert not classify_kind(command, served, {}, now=NOW).job_peers_only
+    alone = KindFactsReader(sockets_every_s=0.0)  # its peer holding no GPU: not its job's
+    alone.refresh([key(rank0)], NOW)
+    assert (got := alone.get(key(rank0))) is not None and not classify_kind(
+        command, got, {}, now=NOW).job_peers_only
+
+
+def test_judged_ends_counts_its_jobs_connections_and_the_others():
+    known = JobPeers([])
+    known.owned_by_job = lambda pid, inodes: {20}  # type: ignore[method-assign]
+    opened = judged_ends(KindFacts(), 1, _AcceptedEnds(opened={10: 20, 11: 21}, established=4,
+                                                       to_self=1), known, NOW)
+    assert (opened.job_connections, opened.outside_connections) == (1, 2)  # 21 and a remote
+    same = judged_ends(opened, 1, _AcceptedEnds(opened={10: 20, 11: 21}, established=4,
+                                                to_self=1), known, NOW + 10)
+    assert (same.job_connections, same.outside_connections) == (1, 2)
+    only = judged_ends(KindFacts(), 1, _AcceptedEnds(opened={10: 20}, established=2, to_self=1),
+                       known, NOW)
+    assert (only.job_connections, only.outside_connections) == (1, 0)
+    none = judged_ends(only, 1, _AcceptedEnds(), known, NOW + 10)  # its connection closed
+    assert (none.job_connections, none.outside_connections) == (0, 0)

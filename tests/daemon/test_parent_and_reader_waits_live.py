@@ -151,7 +151,9 @@ def test_a_worker_fed_by_its_network_thread_through_a_queue_is_a_consumer(mlcost
     its queue's get (the network thread's socket read named), no SIGTERM, no prefetch advice,
     no host_idle in a round past the event; GET /v1/idle answers active for it; and it takes
     the next job when one comes. Beside it a job whose main thread waits on a queue that its two
-    deadlocked threads never fill is still a stalled job: idle_gpu_held's SIGTERM."""
+    deadlocked threads never fill is still a stalled job, no consumer: idle_gpu_held, whose
+    action looks first (its threads wait on locks: test_lock_waits_live.py) and never names it
+    a consumer."""
     name, stalled = "socket_fed_worker", "deadlocked_eval"
     with dispatcher() as jobs:
         path = scenario_file(tmp_path, [
@@ -172,15 +174,18 @@ def test_a_worker_fed_by_its_network_thread_through_a_queue_is_a_consumer(mlcost
                    for e in idle["proc"]["evidence"]), idle["proc"]
         state: dict[str, Any] = {}
 
-        def stopped_offered() -> Any:
+        def on_a_lock() -> Any:
             state["recs"] = found = advice_by_program(daemon, (name, stalled))
             rec = held(found, stalled)
-            return rec if rec is not None and rec.action["kind"] == "sigterm" else None
+            return rec if rec is not None and "waits on a lock" in rec.action.get(
+                "text", "") else None
 
-        rec = poll(stopped_offered, 120, "idle_gpu_held's SIGTERM for the deadlocked job",
+        rec = poll(on_a_lock, 120, "idle_gpu_held's look first at the deadlocked job's locks",
                    every=2.0, explain=lambda: json.dumps(rules(state.get("recs", {}))))
         waiting = rec.evidence["no_sign_of_work"]["waiting_in"][0]
-        assert waiting["reason"].startswith("waiting in Condition.wait"), waiting
+        assert waiting["reason"].startswith(
+            "waiting on a lock: its main thread waiting in Condition.wait"), waiting
+        assert consumer_advice(state["recs"], stalled) is None, rules(state["recs"])
         jobs["send"].set()
         poll(lambda: jobs["done"] == ["done job-1", "done job-2"], 60,
              "the worker's answer to its second job", explain=lambda: str(jobs["done"]))

@@ -1411,6 +1411,97 @@ def test_a_worker_blocked_on_a_socket_nothing_came_to_waits_for_its_next_job():
                     source_line=lines(recv_exact="chunk = shard.read(size)")).phase == "data_wait"
 
 
+def test_a_rank_blocked_on_a_socket_to_its_own_job_waits_for_its_peer():
+    """Probe 143 F2: a rank of a hand-written all-reduce blocked in conn.recv for its sibling
+    rank (which preprocesses on its CPU) read as a worker waiting for its next job (idle,
+    JOB_WAIT: batch_inference, 'scale to zero'). Where its TCP connections all go to its own
+    job's GPU processes (HostSignals.job_peers_only, from its kind), it waits for its peer:
+    comm, woken by the peer's bytes or not; a client library's read stays input."""
+    slept = HostSignals(seconds=3.0, main_thread_cpu=0.0, process_cpu=0.0, tree_cpu=0.0,
+                        main_thread_woke=False, job_peers_only=True)
+    main = [("/home/me/ddp.py", "recv_exactly", 40), ("/home/me/ddp.py", "allreduce", 49),
+            ("/home/me/ddp.py", "rank", 77)]
+    recv = lines(recv_exactly="chunk = conn.recv(n - len(got))")
+    for signals in (slept, dataclasses.replace(slept, main_thread_woke=True),
+                    dataclasses.replace(slept, main_thread_woke=None)):
+        found = classify(threads(main), gpu_busy=False, source_line=recv, signals=signals)
+        assert found.phase == "comm", (signals, found)
+        assert found.reason.startswith(stack_rules.PEER_WAIT), found.reason
+        assert "conn.recv(n - len(got))" in found.reason
+        assert found.frame == Frame("recv_exactly", "/home/me/ddp.py", 40)
+    # the same read with a connection elsewhere too (a broker, a job server): a job wait
+    found = classify(threads(main), gpu_busy=False, source_line=recv,
+                     signals=dataclasses.replace(slept, job_peers_only=False))
+    assert found.reason.startswith(stack_rules.JOB_WAIT), found
+    # through socket.py's frames (a socket file)
+    stream = [(f"{STDLIB}/socket.py", "SocketIO.readinto", 706),
+              ("/home/me/ddp.py", "receive_grads", 25), ("/home/me/ddp.py", "main", 38)]
+    assert classify(threads(stream), gpu_busy=False, source_line=no_source,
+                    signals=slept).phase == "comm"
+    download = [stream[0], (f"{STDLIB}/http/client.py", "HTTPResponse.read", 466), *stream[1:]]
+    assert classify(threads(download), gpu_busy=False, source_line=no_source,
+                    signals=slept).phase == "data_wait"
+    # the GPU busy meanwhile: compute, as ever
+    assert classify(threads(main), gpu_busy=True, source_line=recv,
+                    signals=slept).phase == "compute"
+
+
+def test_a_main_thread_joining_threads_that_wait_on_locks_waits_on_a_lock():
+    """Probe 143 F5: two threads deadlocked on two locks (`with stats_lock:` inside `with
+    model_lock:`, and the other way round), the main thread in Thread.join: the reason said
+    only 'waiting in Thread.join' (idle_gpu_held's SIGTERM), where a main thread waiting on a
+    lock itself gets a look first. The main thread waits for threads that wait on locks: a
+    lock wait, naming those threads' lines, and a deadlock where no other thread is left."""
+    join = [(f"{STDLIB}/threading.py", "Thread._wait_for_tstate_lock", 1132),
+            (f"{STDLIB}/threading.py", "Thread.join", 1112), ("/home/me/train.py", "main", 25)]
+    step = [("/home/me/train.py", "train_steps", 12), (f"{STDLIB}/threading.py", "Thread.run", 982)]
+    log = [("/home/me/train.py", "log_stats", 18), (f"{STDLIB}/threading.py", "Thread.run", 982)]
+    source = lines(train_steps="        with stats_lock:", log_stats="        with model_lock:",
+                   main="    t1.join(); t2.join()")
+    found = classify(threads(join, (step, False), (log, False)), gpu_busy=False,
+                     source_line=source, signals=signals(tree_cpu=0.0, main_thread_woke=False))
+    assert found.phase == "idle", found
+    assert found.reason.startswith(stack_rules.LOCK_WAIT), found.reason
+    assert "Thread.join" in found.reason and "train.py:12 train_steps" in found.reason
+    assert "train.py:18 log_stats" in found.reason and "deadlock?" in found.reason
+    assert found.frame == Frame("train_steps", "/home/me/train.py", 12)
+    assert found.thread is not None and found.thread.thread_id == 2
+    # one of them works (or runs): no lock wait said, whatever the other does
+    assert not classify(threads(join, (step, True), (log, False)), gpu_busy=False,
+                        source_line=source).reason.startswith(stack_rules.LOCK_WAIT)
+    # one waits on a lock, the other sleeps: a lock wait, no deadlock said
+    nap = lines(train_steps="        with stats_lock:", log_stats="        time.sleep(60)")
+    found = classify(threads(join, (step, False), (log, False)), gpu_busy=False,
+                     source_line=nap)
+    assert found.reason.startswith(stack_rules.LOCK_WAIT) and "deadlock" not in found.reason
+    # no thread on a lock (a `with` that calls, an open): the join as before
+    calls = lines(train_steps="        with open(path) as f:", log_stats="        time.sleep(60)")
+    found = classify(threads(join, (step, False), (log, False)), gpu_busy=False,
+                     source_line=calls)
+    assert found.reason.startswith("waiting in Thread.join"), found.reason
+    # a main thread blocked at `with lock:` itself (C: no frame below) waits on a lock
+    found = classify(threads([("/home/me/train.py", "main", 30)]), gpu_busy=False,
+                     source_line=lines(main="    with model_lock:"))
+    assert found.phase == "idle" and found.reason.startswith(stack_rules.LOCK_WAIT), found
+
+
+def test_an_interactive_prompts_frameless_main_thread_waits_at_its_prompt():
+    """Probe 143 F4: a python REPL at its prompt reads its next line in C (PyOS_Readline): py-spy
+    shows its main thread idle with no Python frame, which read `unknown`. Where its kind says it
+    is an interactive prompt (HostSignals.interactive_prompt), it waits at its prompt: idle.
+    Not where it runs (py-spy: active), nor any other frameless main thread."""
+    prompt = [ThreadStack(1, "MainThread", False, ())]
+    at = signals(interactive_prompt=True, tree_cpu=0.0, main_thread_woke=False)
+    found = classify(prompt, gpu_busy=False, signals=at)
+    assert found.phase == "idle" and found.reason.startswith(stack_rules.PROMPT_WAIT), found
+    assert found.frame is None
+    running = [ThreadStack(1, "MainThread", True, ())]
+    assert classify(running, gpu_busy=False, signals=at).phase == "unknown"
+    assert classify(prompt, gpu_busy=False, signals=signals()).phase == "unknown"
+    assert classify(prompt, gpu_busy=False).phase == "unknown"
+    assert classify(prompt, gpu_busy=True, signals=at).phase == "compute"
+
+
 # A redis-py 8 worker in BLPOP on an empty list, as py-spy dumps it (Python 3.11): the
 # command's method above redis-py's socket reads, which leave no socket.py frame (recv_into is C).
 SITE_PACKAGES = "/srv/venv/lib/python3.11/site-packages"

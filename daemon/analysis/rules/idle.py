@@ -72,6 +72,7 @@ from daemon.analysis.stack_rules import (
     FD_WAITS,
     JOB_WAIT,
     LOCK_WAIT,
+    PROMPT_WAIT,
     SIGNAL_WAIT,
     SLEEP_CALL,
     SLEEP_WAIT,
@@ -311,6 +312,18 @@ def _look_first(proc: ProcessWindow) -> dict[str, object]:
                          signal_command(proc.pid, proc.start_time)]}
 
 
+def _look_first_prompt(proc: ProcessWindow) -> dict[str, object]:
+    """An interactive Python prompt waits for its user's next line: its user's session, with
+    what they loaded in it; closed by them when done, not stopped from here."""
+    return {"kind": "copy_commands",
+            "text": f"pid {proc.pid} is an interactive Python prompt waiting for its user's next "
+                    "line: ask its user to close it when done (exit() or Ctrl-D at the prompt) "
+                    "to free the GPU; stopping it loses what they loaded in it",
+            "commands": [f"ps -o user,tty,etime,args -p {proc.pid}  # whose prompt, on which "
+                         "terminal, open how long",
+                         signal_command(proc.pid, proc.start_time)]}
+
+
 def _look_first_sockets_unknown(proc: ProcessWindow) -> dict[str, object]:
     """Its sockets could not all be read (Kind.sockets_unknown): it may listen on a port no read
     saw, a server waiting for requests. What to look at, never a SIGTERM from here."""
@@ -488,6 +501,7 @@ def _look_first_timer(proc: ProcessWindow, where: str) -> dict[str, object]:
 SIGTERM = "sigterm"
 NO_STACKS, SOCKETS_UNKNOWN, PROC_ONLY, ON_A_LOCK = ("no_stacks", "sockets_unknown", "proc_only",
                                                    "on_a_lock")
+AT_PROMPT = "at_prompt"
 ON_A_CHILD, ON_PEERS, ON_A_TIMER, POLLER = "on_a_child", "on_peers", "on_a_timer", "poller"
 ON_DATAGRAMS = "on_datagrams"
 BETWEEN_BATCHES, PERIODIC, ONE_RUN, UNSEEN = ("between_batches", "periodic", "one_run",
@@ -545,6 +559,11 @@ def idle_verdict(proc: ProcessWindow, a: Analysis) -> IdleVerdict:
     first = next(iter(waiting.get("top_stacks") or []), None)
     top: Mapping[str, Any] = first if isinstance(first, Mapping) else {}
     waits_in, where = str(top.get("reason", "")), f"{top.get('file')}:{top.get('line')}"
+    if waits_in.startswith(PROMPT_WAIT):
+        return IdleVerdict(
+            AT_PROMPT, lambda: _look_first_prompt(proc),
+            lambda: "an interactive Python prompt waiting for its user's next line: its user "
+                    "closes it when done")
     if waits_in.startswith(LOCK_WAIT):
         return IdleVerdict(
             ON_A_LOCK, lambda: _look_first_lock(proc, where),
