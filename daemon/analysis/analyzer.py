@@ -364,13 +364,12 @@ class Analyzer:
         if b is not None:
             # each table read under one hold of its lock, not once per process
             costs = self.ledger.process_costs(b.processes)
-            energies = self.energy.processes()
+            energies = self.energy.process_documents(b.processes, grid)
+            get_energy, new_tuple = energies.get, tuple.__new__
             for key, proc in b.processes.items():
                 cost, job = costs[key]
-                energy = energies.get(key)
-                processes[process_key(*key)] = ProcessCost(
-                    proc.burn_per_hour, cost, job,
-                    energy.as_dict(grid) if energy is not None else None)
+                processes[process_key(*key)] = new_tuple(ProcessCost, (
+                    proc.burn_per_hour, cost, job, get_energy(key)))
         events = [e.as_dict() for e in self.idle.active()]
         events += [e.as_dict() for e in self.budgets.events()]
         events += [e.as_dict() for e in self.idle.closed][-20:]

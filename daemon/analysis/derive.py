@@ -142,13 +142,16 @@ class TickModel:
     def from_samples(cls, sample: Sample, previous: Sample | None,
                      busy: dict[int, bool | None]) -> TickModel:
         """`busy` maps a GPU index to its verdict (the caller applies the idle threshold)."""
-        before = {p.key: p for p in previous.processes} if previous is not None else {}
+        # (each process's key spelled out, not its `key` property: a call per process, twice)
+        before = ({(p.pid, p.start_time): p for p in previous.processes}
+                  if previous is not None else {})
         seconds = sample.ts - previous.ts if previous is not None else 0.0
+        model, earlier = ProcessModel.from_samples, before.get
         return cls(
             ts=sample.ts, tick=sample.tick,
             gpus=tuple(GpuModel.from_sample(g, busy.get(g.index)) for g in sample.gpus),
-            processes=tuple(ProcessModel.from_samples(p, before.get(p.key), seconds)
-                            for p in sample.processes),
+            processes=tuple([model(p, earlier((p.pid, p.start_time)), seconds)
+                             for p in sample.processes]),
             host_usage=HostUsageModel.from_samples(
                 sample.host_usage, previous.host_usage if previous is not None else None)
             if sample.host_usage is not None else None)

@@ -101,11 +101,16 @@ class EnergyTotal:
     watts: float | None = None  # its power at the latest tick (processes only)
 
     def as_dict(self, grid: GridIntensity) -> dict[str, Any]:
-        out = {"joules": self.joules, "kwh": self.joules / JOULES_PER_KWH,
-               "co2e_grams": grid.grams(self.joules)}
-        if self.watts is not None:
-            out["watts"] = self.watts
-        return out
+        return energy_document(self.joules, self.watts, grid)
+
+
+def energy_document(joules: float, watts: float | None, grid: GridIntensity) -> dict[str, Any]:
+    """EnergyTotal.as_dict of (joules, watts): its kWh and grams CO2e under `grid`; "watts"
+    only where it is known."""
+    out = {"joules": joules, "kwh": joules / JOULES_PER_KWH, "co2e_grams": grid.grams(joules)}
+    if watts is not None:
+        out["watts"] = watts
+    return out
 
 
 def bounded(totals: Mapping[str, float], most: int = MAX_GROUPS) -> dict[str, float]:
@@ -218,6 +223,20 @@ class EnergyMeter:
         with self.lock:
             return {k: EnergyTotal(v, self.watts_now.get(k, 0.0))
                     for k, v in self.by_process.items()}
+
+    def process_documents(self, keys: Iterable[ProcessKey], grid: GridIntensity
+                          ) -> dict[ProcessKey, dict[str, Any]]:
+        """`processes()[key].as_dict(grid)` of each of `keys` that drew any, under one hold
+        of the lock, without an EnergyTotal per process (a /v1/now asks for every process
+        each tick)."""
+        documents: dict[ProcessKey, dict[str, Any]] = {}
+        with self.lock:
+            by_process, watts_now = self.by_process, self.watts_now
+            for key in keys:
+                joules = by_process.get(key)
+                if joules is not None:
+                    documents[key] = energy_document(joules, watts_now.get(key, 0.0), grid)
+        return documents
 
     def snapshot(self, grid: GridIntensity) -> dict[str, Any]:
         """JSON-ready totals: the host, each GPU, jobs and namespaces (bounded), the grid used."""

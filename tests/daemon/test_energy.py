@@ -101,6 +101,18 @@ def test_joules_per_process_and_the_host_idle_line_sum_to_each_gpus_energy():
                             "jupyter": pytest.approx(meter.by_process[NOTEBOOK])}
 
 
+def test_v1_nows_per_process_energy_is_each_processs_total_as_a_document():
+    # (Analyzer.cost_state reads process_documents: one pass, no EnergyTotal per process)
+    meter = EnergyMeter(lambda command, owner: command)
+    for ts in (1.0, 2.0, 3.0):
+        meter.add(sample(ts, (gpu(0, 200.0 + ts), gpu(1, 90.0)),
+                         proc(TRAIN, (0, GIB, 50.0)), proc(NOTEBOOK, (1, GIB, 0.0))), 1.0)
+    for grid in (grid_intensity("aws", "us-east-1"), grid_intensity(None, None)):
+        whole = {key: total.as_dict(grid) for key, total in meter.processes().items()}
+        assert meter.process_documents([TRAIN, NOTEBOOK, (999, 1.0)], grid) == whole
+        assert list(whole[TRAIN]) == ["joules", "kwh", "co2e_grams", "watts"]
+
+
 def test_the_idle_floor_is_the_least_power_seen():
     meter = EnergyMeter(lambda command, owner: command)
     meter.add(sample(1.0, (gpu(0, 200.0),), proc(TRAIN, (0, GIB, 50.0))), 1.0)

@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 
 from daemon import config as config_module
+from daemon.api.now_cache import NowCache
 from daemon.api.server import ApiServer
 from daemon.client import Client
 from daemon.runtime.attribution import Attribution
@@ -219,3 +220,16 @@ def test_kept_entry_parts_give_the_entries_process_entry_builds():
     assert kept["inference"]["advice"][0]["saving_per_month"] is not None
     entries.keep_only(set())  # it exited: nothing kept for it
     assert entries.entry(proc, cost, balance, status, kind) == built
+
+
+def test_the_body_is_the_documents_json_whatever_its_keys():
+    # NowCache.body encodes as though every key is a string (the document is built so), and
+    # encodes again, keys made strings as json.dumps makes them, where one is not
+    cache = NowCache()
+    built = {"gpus": [{"index": 0, "busy": True}], "burn": {"per_hour": 1.5, "nan": None}}
+    cache.put(("a",), built)
+    assert cache.body() == json.dumps(built, separators=(",", ":")).encode()
+    odd = {"by_gpu": {0: 1.25, 1: 2.5}, "names": {"x": [1, 2]}}
+    cache.put(("b",), odd)
+    assert json.loads(cache.body()) == json.loads(json.dumps(odd))
+    assert cache.body() == b'{"by_gpu":{"0":1.25,"1":2.5},"names":{"x":[1,2]}}'
