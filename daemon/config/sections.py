@@ -164,7 +164,7 @@ class AttributionConfig:
         "at most this many stack dumps per second over all processes", "number", 0.01, 20))
     cpu_budget: float = field(default=0.02, metadata=_meta(
         "py-spy may use at most this fraction of one CPU core", "number", 0.001, 0.5))
-    mid_sm_share: float = field(default=65.0, metadata=_meta(
+    mid_sm_share: float = field(default=60.0, metadata=_meta(
         "a process whose SM share (%) stays below this for mid_after, at or above "
         "low_sm_share, is in the middle band: its stacks are sampled too, less often (0: off)",
         "number", 0, 100))

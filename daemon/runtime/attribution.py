@@ -17,7 +17,7 @@ may come within those snapshots only, its main thread's CPU time (run or waiting
 blocking call into C that leaves no Python frame is still told apart (daemon.analysis.phases),
 and each stored stack sample keeps the reason of its phase.
 
-The middle band: a process whose SM share stays below `mid_sm_share` (65%) for `mid_after`
+The middle band: a process whose SM share stays below `mid_sm_share` (60%) for `mid_after`
 (15 s) but at or above `low_sm_share`, so that it opens no window (a main thread that hashes
 47 ms between 50-ms kernels keeps its GPU 45% busy), has its stacks sampled too, more slowly:
 one dump per process every `mid_dump_interval` (10 s), at most `mid_dumps_per_second` over all
@@ -27,7 +27,11 @@ stretch is stored as a `mid_utilization` event; the phase balance splits its tim
 samples as it splits a window's, so the line that keeps its GPU waiting is named. It is
 working: a main thread that only waits there counts as compute, never `idle` (no idle rule
 may come of its samples). It ends when its share reaches mid_sm_share or a dip begins (the
-window's samples take over).
+window's samples take over). Its bound, 60%, lies between the jobs that keep their own GPU
+waiting (the corpus's train_shards_mp ranks at 45-48% and write_embeddings at 47-52% on a quiet
+host) and those that are fed (a DataLoader job with four loaders at 59-65% a tick, 61% on average;
+services at 61-69%): a fed job sampled in a short recording has too few samples for its phase
+shares to be judged (daemon.analysis.compare), where without them they were known from its GPU.
 
 Where py-spy may not read a process (ptrace denied: its status is permission_denied) or stacks
 are off (`[attribution] stacks = false`, `mlcostd run --no-stacks`), each sample is classified
