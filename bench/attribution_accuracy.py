@@ -55,12 +55,17 @@ PHASES = ("compute", "data_wait", "host_preprocess", "checkpoint", "output", "ev
           "idle", "unknown")
 KINDS = ("training", "batch_inference", "online_inference", "notebook", "other")
 STARTUP_LIMIT_S = 300.0  # how long a batch waits for its mlcostd to start recording
+# (The middle band's sampling shortened as the windows' is: at its defaults, 15 s in the band and
+# a dump every 10 s, a 45-s batch holds ~3 samples of a process in it.)
 CONFIG = """
 [attribution]
 dump_interval = "1s"
 dumps_per_second = 5
 cpu_budget = 0.3
 min_window = "2s"
+mid_after = "5s"
+mid_dump_interval = "2s"
+mid_dumps_per_second = 2
 [idle]
 gpu_held_after = "10s"
 gpu_unheld_after = "10s"

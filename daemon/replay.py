@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon import clock
-from daemon.analysis.balance import LOW_UTILIZATION, phase_balances
+from daemon.analysis.balance import LOW_UTILIZATION, MID_UTILIZATION, phase_balances
 from daemon.analysis.book import RESOLVED
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, burn
@@ -414,6 +414,8 @@ class Replay:
             if event["kind"] == LOW_UTILIZATION:
                 if event["ended_at"] is None:
                     windows.append(event)
+                continue
+            if event["kind"] == MID_UTILIZATION:  # stacks sampled at work: neither, as live
                 continue
             event["id"] = event_id(event["kind"], event["target"], event["started_at"])
             detail = event.get("detail")  # as live: a text detail, else the target is shown

@@ -13,6 +13,10 @@ from daemon.store.reader import StoreReader
 from daemon.wire import process_key
 
 LOW_UTILIZATION = "low_utilization"  # the event kind of a window
+# A stretch in the middle band (daemon.runtime.attribution): the process worked, but its stacks
+# were sampled there too (more slowly), and they split its time as a window's do.
+MID_UTILIZATION = "mid_utilization"
+SAMPLED = (LOW_UTILIZATION, MID_UTILIZATION)  # events whose time the stack samples split
 
 
 def phase_balances(reader: StoreReader, since: float, until: float, interval_s: float,
@@ -21,8 +25,8 @@ def phase_balances(reader: StoreReader, since: float, until: float, interval_s: 
     """Phase balance of every process with samples or windows in [since, until].
 
     Per process: its time in the window is from its first to its last sample (plus one tick);
-    the time outside low-utilization windows counts as compute for GPU processes; window time
-    is split by its stack samples' phases. `processes` is the window summary's list when the
+    the time outside low-utilization windows (and middle-band stretches: SAMPLED) counts as
+    compute for GPU processes; their time is split by its stack samples' phases. `processes` is the window summary's list when the
     caller has read it already.
     """
     if processes is None:
@@ -30,7 +34,7 @@ def phase_balances(reader: StoreReader, since: float, until: float, interval_s: 
     windows = queries.events(reader, since, until)
     low: dict[str, float] = {}
     for event in windows:
-        if event["kind"] != LOW_UTILIZATION:
+        if event["kind"] not in SAMPLED:
             continue
         start = max(event["started_at"], since)
         end = min(event["ended_at"] if event["ended_at"] is not None else until, until)
@@ -70,7 +74,7 @@ def checkpoint_times(reader: StoreReader, since: float,
     """
     windows: dict[str, list[tuple[float, float]]] = {}
     for event in queries.events(reader, since, until):
-        if event["kind"] == LOW_UTILIZATION:
+        if event["kind"] in SAMPLED:
             end = event["ended_at"] if event["ended_at"] is not None else until
             windows.setdefault(event["target"], []).append((event["started_at"], end))
     samples: dict[str, list[tuple[float, str]]] = {}

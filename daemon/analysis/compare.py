@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from daemon import clock
+from daemon.analysis.balance import SAMPLED
 from daemon.analysis.cost import gpu_wasted_per_hour
 from daemon.analysis.ledger import JobLabeler
 from daemon.analysis.phase_balance import balance_processes, run_phase_balance
@@ -569,7 +570,8 @@ def effective_samples(groups: Sequence[Sequence[float]]) -> float:
 
 def sampled_time_share(side: Side) -> float | None:
     """The share of the side's processes' time that its phase balance splits by stack samples
-    (daemon.analysis.balance): a GPU process's time in its low-utilization windows, all of a
+    (daemon.analysis.balance): a GPU process's time in its low-utilization windows and
+    middle-band stretches, all of a
     process without a GPU; the rest is compute, known from the GPU alone. None when the
     document does not say (no `events`, no process times)."""
     events = side.document.get("events")
@@ -582,7 +584,7 @@ def sampled_time_share(side: Side) -> float | None:
     step = float(interval) if isinstance(interval, int | float) and interval > 0 else 1.0
     low: dict[str, float] = {}
     for event in events:
-        if not isinstance(event, dict) or event.get("kind") != "low_utilization" or \
+        if not isinstance(event, dict) or event.get("kind") not in SAMPLED or \
                 not isinstance(event.get("started_at"), int | float):
             continue
         ended = event.get("ended_at")

@@ -12,7 +12,7 @@ from typing import Any
 
 from daemon import clock
 from daemon.analysis import latency_report
-from daemon.analysis.balance import phase_balances
+from daemon.analysis.balance import MID_UTILIZATION, SAMPLED, phase_balances
 from daemon.analysis.book import KILL_ACTIONS, RESOLVED
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, unseen_json
@@ -965,13 +965,18 @@ def _render_events(events: list[dict[str, Any]], stopped_at: float | None = None
                    snapshot_until: float | None = None) -> list[str]:
     # A low-utilization window is where stacks were sampled (a demo hour holds ~100): what it
     # found is in "Where the time goes"; listed here it would crowd out the events that cost.
-    windows = sum(e["kind"] == "low_utilization" for e in events)
-    idle = [e for e in events if e["kind"] != "low_utilization"]
-    windows_line = ([f"  ({plural(windows, 'low-utilization window')} not listed: where "
-                     "stacks were sampled, their findings are under \"Where the time goes\"; "
-                     "`--json` lists them)"] if windows else [])
+    # (So is a middle-band stretch: a process at work whose stacks were sampled more slowly.)
+    mids = sum(e["kind"] == MID_UTILIZATION for e in events)
+    windows = sum(e["kind"] in SAMPLED for e in events) - mids
+    idle = [e for e in events if e["kind"] not in SAMPLED]
+    listed = " and ".join(
+        [plural(windows, "low-utilization window")] * bool(windows)
+        + [plural(mids, "middle-band stretch", "middle-band stretches")] * bool(mids))
+    windows_line = ([f"  ({listed} not listed: where stacks were sampled, their findings are "
+                     "under \"Where the time goes\"; `--json` lists them)"]
+                    if windows or mids else [])
     if not idle:
-        return ["", "Events", *windows_line] if windows else []
+        return ["", "Events", *windows_line] if windows_line else []
     # (the audit trail and the store's dropped ticks are always listed: they cost nothing)
     costly = sorted((e for e in idle if e["kind"] not in ("action", TICKS_DROPPED)),
                     key=lambda e: -(e.get("cost_so_far") or 0.0))

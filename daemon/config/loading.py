@@ -196,6 +196,12 @@ def from_dict(data: dict[str, Any], where: str = "config") -> Config:
         raise ConfigError(
             f"{where}: [attribution].high_sm_share = {config.attribution.high_sm_share:g} is "
             f"below low_sm_share = {config.attribution.low_sm_share:g}; it must be at least that")
+    if config.attribution.mid_sm_share and (
+            config.attribution.mid_sm_share <= config.attribution.high_sm_share):
+        raise ConfigError(
+            f"{where}: [attribution].mid_sm_share = {config.attribution.mid_sm_share:g} is not "
+            f"above high_sm_share = {config.attribution.high_sm_share:g}; the middle band lies "
+            "between them (0 turns it off)")
     try:
         check_instance_price(config.instance)
         check_pricing(config.pricing)

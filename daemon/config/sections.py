@@ -164,6 +164,19 @@ class AttributionConfig:
         "at most this many stack dumps per second over all processes", "number", 0.01, 20))
     cpu_budget: float = field(default=0.02, metadata=_meta(
         "py-spy may use at most this fraction of one CPU core", "number", 0.001, 0.5))
+    mid_sm_share: float = field(default=60.0, metadata=_meta(
+        "a process whose SM share (%) stays below this for mid_after, at or above "
+        "low_sm_share, is in the middle band: its stacks are sampled too, less often (0: off)",
+        "number", 0, 100))
+    mid_after: float = field(default=15.0, metadata=_meta(
+        "how long a process must stay below mid_sm_share before the middle band's sampling",
+        "duration", 1, 3600))
+    mid_dump_interval: float = field(default=10.0, metadata=_meta(
+        "at most one stack dump per process in the middle band this often", "duration", 0.5,
+        3600))
+    mid_dumps_per_second: float = field(default=0.5, metadata=_meta(
+        "at most this many middle-band dumps per second over all processes (within "
+        "dumps_per_second)", "number", 0.01, 20))
 
 
 @dataclass(frozen=True)

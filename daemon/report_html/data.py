@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.analysis import latency_report
-from daemon.analysis.balance import LOW_UTILIZATION, phase_balances
+from daemon.analysis.balance import LOW_UTILIZATION, SAMPLED, phase_balances
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, burn
 from daemon.analysis.energy import recorded_grid, window_meter, window_summary
@@ -218,7 +218,7 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
                     for e in events if e["kind"] == LOW_UTILIZATION]
     data.events = [dict(e, target_label=process_label(e["target"], names))
                    if e["target"] in names else e
-                   for e in events if e["kind"] != LOW_UTILIZATION]
+                   for e in events if e["kind"] not in SAMPLED]
     # A recommendation about a process is shown by its name too ('22124 idle_notebook').
     data.recommendations = [dict(r, target_label=process_label(str(r.get("target")), names))
                             if str(r.get("target")) in names else r

@@ -17,6 +17,22 @@ may come within those snapshots only, its main thread's CPU time (run or waiting
 blocking call into C that leaves no Python frame is still told apart (daemon.analysis.phases),
 and each stored stack sample keeps the reason of its phase.
 
+The middle band: a process whose SM share stays below `mid_sm_share` (60%) for `mid_after`
+(15 s) but at or above `low_sm_share`, so that it opens no window (a main thread that hashes
+47 ms between 50-ms kernels keeps its GPU 45% busy), has its stacks sampled too, more slowly:
+one dump per process every `mid_dump_interval` (10 s), at most `mid_dumps_per_second` over all
+of them, and only with what the sampler has left after the windows' dumps, so a host of
+hundreds of such processes runs py-spy no more than that. From its first sample kept, the
+stretch is stored as a `mid_utilization` event; the phase balance splits its time by its
+samples as it splits a window's, so the line that keeps its GPU waiting is named. It is
+working: a main thread that only waits there counts as compute, never `idle` (no idle rule
+may come of its samples). It ends when its share reaches mid_sm_share or a dip begins (the
+window's samples take over). Its bound, 60%, lies between the jobs that keep their own GPU
+waiting (the corpus's train_shards_mp ranks at 45-48% and write_embeddings at 47-52% on a quiet
+host) and those that are fed (a DataLoader job with four loaders at 59-65% a tick, 61% on average;
+services at 61-69%): a fed job sampled in a short recording has too few samples for its phase
+shares to be judged (daemon.analysis.compare), where without them they were known from its GPU.
+
 Where py-spy may not read a process (ptrace denied: its status is permission_denied) or stacks
 are off (`[attribution] stacks = false`, `mlcostd run --no-stacks`), each sample is classified
 from /proc alone instead (daemon.analysis.proc_phases): a lower-confidence phase whose evidence
@@ -45,7 +61,7 @@ from itertools import islice
 from operator import itemgetter
 from typing import Any, NamedTuple
 
-from daemon.analysis.balance import LOW_UTILIZATION
+from daemon.analysis.balance import LOW_UTILIZATION, MID_UTILIZATION
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, gpu_is_busy
 from daemon.analysis.host_signals import MULTIPROCESSING_HELPERS, HostSignals, cpu_demand
 from daemon.analysis.kinds import Kind, frame_markers
@@ -71,7 +87,7 @@ from daemon.sources.stacks import (
 from daemon.store import facts
 from daemon.store.facts import StackRow
 from daemon.store.writer import Store
-from daemon.wire import process_key
+from daemon.wire import COMPUTE, IDLE, process_key
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +111,19 @@ class _Dip:
     qualified: bool = False
     pending: list[StackRow] = field(default_factory=list)
     last_below: float = 0.0
+
+
+@dataclass
+class _Stretch:
+    """A process in the middle band (see the module doc): its stacks sampled every
+    mid_dump_interval. Its event starts with its first stack sample kept (`started_at`), so
+    no stretch's time goes without a sample to split it."""
+
+    pid: int
+    start_time: float
+    gpus: tuple[int, ...]
+    started_at: float | None = None
+    scheduled_at: float = 0.0  # the tick its last dump was taken at
 
 
 class _Snapshot(NamedTuple):
@@ -251,6 +280,19 @@ class Attribution:
         # and how many dumps a tick the sampler allows on average (for the clocks read).
         self._dumped_at: dict[tuple[int, float], float] = {}
         self._dumps_per_tick = max(1, math.ceil(config.dumps_per_second * interval_s))
+        # The middle band (see the module doc): off under `mlcostd profile` (it samples all)
+        # or at mid_sm_share 0. When each process's share went below mid_sm_share (and stayed),
+        # its open stretch, when it was last dumped, and the dumps it may take now (a credit
+        # of mid_dumps_per_second that ticks add to, at most one tick's or one dump's worth).
+        self._mid_on = config.mid_sm_share > config.low_sm_share and not sample_always
+        self._mid_after_s = max(0.0, config.mid_after - interval_s / 2)
+        mid_ticks = max(1, math.ceil(config.mid_dump_interval / interval_s - 1e-9))
+        self._mid_turn_after_s = (mid_ticks - 0.5) * interval_s
+        self._mid_credit_per_tick = config.mid_dumps_per_second * interval_s
+        self._mid_credit = 0.0
+        self._band_since: dict[tuple[int, float], float] = {}
+        self._stretches: dict[tuple[int, float], _Stretch] = {}
+        self._mid_dumped_at: dict[tuple[int, float], float] = {}
         # Processes in a window whose main-thread clock is read this tick: those whose stack
         # dump or /proc sample may come within the signals' snapshots (see _clocks_due).
         self._clock_due: set[tuple[int, float]] = set()
@@ -284,6 +326,9 @@ class Attribution:
         clock_due = self._clock_due
         low, high, stacks = config.low_sm_share, config.high_sm_share, config.stacks
         window_after = self._window_after_s
+        mid_on, mid, band_since = self._mid_on, config.mid_sm_share, self._band_since
+        mid_after, stretches = self._mid_after_s, self._stretches
+        banded: list[tuple[ProcessSample, float]] = []  # in the middle band: dumped slower
         for proc in sample.processes:
             key = proc.key
             signals = signals_of.get(key)
@@ -292,7 +337,8 @@ class Attribution:
             # The main thread's clock only for processes in a dip whose sample may come within
             # the snapshots kept: one pread each, and only there.
             signals.seen.append((ts, proc, self._main_threads.times(proc.pid, proc.start_time)
-                                 if key in clock_due and key in dips else None, utilization))
+                                 if key in clock_due and (key in dips or key in stretches)
+                                 else None, utilization))
             uses = proc.gpus
             always = always_sampled and (bool(uses) or proc.ppid not in recorded)
             if not uses:
@@ -308,12 +354,26 @@ class Attribution:
                 share += use.sm_share
             if uses:
                 share /= len(uses)
+            sustained = False  # below mid_sm_share for mid_after
+            if mid_on:
+                if holds_memory and share < mid:
+                    since = band_since.get(key)
+                    if since is None:
+                        band_since[key] = since = ts
+                    sustained = ts - since >= mid_after
+                elif key in band_since:
+                    del band_since[key]
             dip = dips.get(key)
             below = always or (holds_memory and share < low)
             if dip is None and below:
                 dip = dips[key] = _Dip(proc.pid, proc.start_time, ts,
                                        tuple(use.gpu_index for use in uses))
             if dip is None:
+                if sustained and stacks and key not in denied:
+                    banded.append((proc, share))
+                    if key not in stretches:
+                        stretches[key] = _Stretch(proc.pid, proc.start_time,
+                                                  tuple(use.gpu_index for use in uses))
                 continue
             if uses and not dip.gpus:  # a profiled command that took its GPU since
                 dip.gpus = tuple(use.gpu_index for use in uses)
@@ -329,6 +389,13 @@ class Attribution:
                 self._end(key, dip, ts)
         for key in [k for k in dips if k not in seen]:
             self._end(key, dips[key], ts)
+        if stretches and len(stretches) > len(banded):  # left the band, a dip, or gone
+            now_banded = {proc.key for proc, _ in banded}
+            for key in [k for k in stretches if k not in now_banded]:
+                self._end_stretch(key, ts)
+        if len(band_since) > len(seen):  # (a process that left keeps no entry)
+            for key in [k for k in band_since if k not in seen]:
+                del band_since[key]
         self._children = children
         self._processes, self._gpu_children = sample.processes, None  # (built when asked)
         # Each kind of sample takes its turns from one line of its candidates, the longest
@@ -339,6 +406,13 @@ class Attribution:
         line = self._line(stacked, self._dumped_at)
         taken = self._dump_due(line, sample.ts)
         self._clock_due |= self._clocks_due(line, taken, self._dumps_per_tick)
+        if mid_on:
+            self._mid_credit = min(self._mid_credit + self._mid_credit_per_tick,
+                                   max(1.0, self._mid_credit_per_tick))
+            if banded:
+                line = self._line(banded, self._mid_dumped_at)
+                mid_taken = self._mid_dump_due(line, sample.ts, len(taken))
+                self._clock_due |= self._clocks_due(line, mid_taken, 1)
         # Every process of this tick has its signals: more signals than processes, and some
         # process left since the last tick. Only then is what is kept per process pruned (most
         # ticks none left). (A dump that finishes after its process left may add a marker or
@@ -350,7 +424,7 @@ class Attribution:
             self.status_by_key = {k: v for k, v in self.status_by_key.items() if k in keys}
         if self._dips_ended:  # their main threads' clocks are read no more
             self._dips_ended = False
-            self._main_threads.keep_only(set(self._dips))
+            self._main_threads.keep_only(set(self._dips) | set(self._stretches))
 
     def _forget_gone(self, live: set[tuple[int, float]]) -> None:
         """Drop what is kept for processes no longer on the host (not in `live`)."""
@@ -363,6 +437,8 @@ class Attribution:
             del self._proc_sampled_at[key]
         for key in [k for k in self._dumped_at if k not in live]:
             del self._dumped_at[key]
+        for key in [k for k in self._mid_dumped_at if k not in live]:
+            del self._mid_dumped_at[key]
 
     def host_signals(self, proc: ProcessSample) -> HostSignals | None:
         """The signals of `proc` over its last snapshots, its children's I/O added; None until
@@ -443,6 +519,21 @@ class Attribution:
         del self._dips[key]
         self._dips_ended = True
 
+    def _end_stretch(self, key: tuple[int, float], ts: float) -> None:
+        stretch = self._stretches.pop(key)
+        if stretch.started_at is not None:
+            facts.write_event(self.store, self._stretch_event(stretch, ts))
+            self.phases.window_closed(key, ts)
+        self._dips_ended = True  # (its main thread's clock is read no more)
+
+    @staticmethod
+    def _stretch_event(stretch: _Stretch, ended_at: float | None) -> dict[str, Any]:
+        assert stretch.started_at is not None
+        return {"kind": MID_UTILIZATION, "target": process_key(stretch.pid, stretch.start_time),
+                "started_at": stretch.started_at, "ended_at": ended_at,
+                "detail": {"pid": stretch.pid, "start_time": stretch.start_time,
+                           "gpus": list(stretch.gpus)}}
+
     @staticmethod
     def _event(dip: _Dip, ended_at: float | None) -> dict[str, Any]:
         return {"kind": LOW_UTILIZATION, "target": process_key(dip.pid, dip.start_time),
@@ -484,14 +575,43 @@ class Attribution:
             self._schedule(proc, share, last)
         return taken
 
-    def _schedule(self, proc: ProcessSample, share: float, dumped_before: float) -> None:
+    def _mid_dump_due(self, line: list[_InLine], ts: float, window_dumps: int
+                      ) -> set[tuple[int, float]]:
+        """Stack dumps of the processes in the middle band whose turn it is (one per
+        mid_dump_interval each), the longest undumped first, as many as the middle band's
+        credit allows (mid_dumps_per_second) within what the sampler has left after this
+        tick's `window_dumps`: windows come first. Returns the processes handed to py-spy."""
+        allowed = min(int(self._mid_credit),
+                      self.sampler.available() - self._delayed - window_dumps)
+        if allowed <= 0:
+            return set()
+        in_flight = self._in_flight
+        taken = set()
+        turn_after = self._mid_turn_after_s
+        for last, proc, share in [entry for entry in line
+                                  if entry[1].pid not in in_flight][:allowed]:
+            if ts - last < turn_after:
+                break  # (the longest undumped first: the rest waited less)
+            key = proc.key
+            self._mid_dumped_at[key] = ts
+            self._stretches[key].scheduled_at = ts  # (before its rows come: _keep)
+            self._mid_credit -= 1.0
+            taken.add(key)
+            self._schedule(proc, share, last, stretch=self._stretches[key])
+        return taken
+
+    def _schedule(self, proc: ProcessSample, share: float, dumped_before: float, *,
+                  stretch: _Stretch | None = None) -> None:
+        """Dump `proc` in a task: for its window, or for its middle-band `stretch`."""
         self._in_flight.add(proc.pid)
         task = asyncio.get_running_loop().create_task(
-            self._sample(proc, share, dumped_before), name=f"stacks-{proc.pid}")
+            self._sample(proc, share, dumped_before, stretch), name=f"stacks-{proc.pid}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _sample(self, proc: ProcessSample, share: float, dumped_before: float) -> None:
+    async def _sample(self, proc: ProcessSample, share: float, dumped_before: float,
+                      stretch: _Stretch | None = None) -> None:
+        in_band = stretch is not None
         try:
             if self.dump_spread_s > 0:
                 self._delayed += 1
@@ -503,10 +623,12 @@ class Attribution:
             # dump, and still has after it (source_reader)
             rights = credentials(proc.pid)
             result = await self.sampler.dump(proc.pid)
-            if result.status == RATE_LIMITED and proc.key in self._dumped_at:
-                self._dumped_at[proc.key] = dumped_before  # not dumped: its turn stays
+            turns = self._mid_dumped_at if in_band else self._dumped_at
+            if result.status == RATE_LIMITED and proc.key in turns:
+                turns[proc.key] = dumped_before  # not dumped: its turn stays
             rows = self._rows(proc, result, share, rights,
-                              busy_elsewhere=share >= self.config.high_sm_share)
+                              busy_elsewhere=share >= self.config.high_sm_share,
+                              in_band=in_band)
             if rows and result.ok:
                 if waits_on_data_queue(result.threads):
                     for worker in self._children.get(proc.pid, [])[:4]:
@@ -514,7 +636,7 @@ class Attribution:
                         worker_result = await self.sampler.dump(worker.pid)
                         rows += self._rows(worker, worker_result, share, worker_rights,
                                            busy_elsewhere=False)
-            self._keep(proc.key, rows)
+            self._keep(proc.key, rows, stretch)
         except Exception:  # attribution must never take the daemon down
             log.exception("stack sampling of pid %d failed", proc.pid)
         finally:
@@ -616,7 +738,8 @@ class Attribution:
         return cpu is not None and cpu >= WORKING_CPU
 
     def _rows(self, proc: ProcessSample, result: DumpResult, share: float,
-              rights: Credentials | None, *, busy_elsewhere: bool) -> list[StackRow]:
+              rights: Credentials | None, *, busy_elsewhere: bool,
+              in_band: bool = False) -> list[StackRow]:
         if result.status != RATE_LIMITED:
             self.status_by_key[process_key(proc.pid, proc.start_time)] = {
                 "status": result.status, "error": result.error, "ts": result.ts}
@@ -657,17 +780,50 @@ class Attribution:
             # What a blocked main thread reads, where it is a pipe (read right after the dump:
             # a thread blocked on a pipe stays so): a read in C leaves no Python frame.
             host = replace(host, main_thread_blocked_on=blocked_read(proc.pid))
+        quiet = 1.0 - min(max(share, 0.0), 100.0) / 100.0
+        if in_band and host is not None and quiet > 0.0:
+            # In the middle band its GPU is quiet only part of the time: the CPU its main thread
+            # takes is weighed against that part, as in a window (where the GPU is quiet nearly
+            # all the time) it is against all of it. 45 ms of hashing per 50-ms kernel is on a
+            # CPU ~48% of the time, all of the time its GPU waits.
+            host = replace(host, main_thread_cpu=None if host.main_thread_cpu is None
+                           else min(1.0, host.main_thread_cpu / quiet),
+                           process_cpu=None if host.process_cpu is None
+                           else min(1.0, host.process_cpu / quiet))
         verdict = classify(result.threads, gpu_busy=False, busy_elsewhere=busy_elsewhere,
                            proc_state=signals.state,
                            iowait_growing=signals.iowait_growing, repeated_leaf=repeated,
                            source_line=source_reader(proc.pid, rights), signals=host)
+        if in_band and verdict.phase == IDLE:
+            # In the middle band its GPU works a third of the time or more: a main thread that
+            # waits waits on that work (a kernel, a thread, a peer), and no idle rule may come
+            # of it (a job that sleeps between kernels is throttled, not idle).
+            verdict = replace(verdict, phase=COMPUTE, reason=(
+                f"waits while its GPU works (in the middle band): {verdict.reason}"))
+        elif in_band and verdict.phase != COMPUTE:
+            verdict = replace(verdict, reason=(
+                f"{verdict.reason} (in the middle band: its CPU weighed against the time its "
+                "GPU is quiet)"))
         shown = verdict.thread or thread
         frames = tuple((f.name, f.filename, f.line) for f in shown.frames)
         return [StackRow(result.ts, proc.pid, proc.start_time, shown.thread_id,
                          stack_hash(shown.frames), frames, verdict.phase, share,
                          verdict.reason)]
 
-    def _keep(self, key: tuple[int, float], rows: list[StackRow]) -> None:
+    def _keep(self, key: tuple[int, float], rows: list[StackRow],
+              stretch: _Stretch | None = None) -> None:
+        """Keep the rows of a dump for its window (`stretch` None) or its middle-band stretch,
+        where that is still open: not one the process began since (that one starts with a
+        dump of its own)."""
+        if stretch is not None:
+            if self._stretches.get(key) is not stretch or not rows:
+                return  # it left the band while py-spy ran (a dip's samples take over)
+            if stretch.started_at is None:  # its first sample: the stretch is stored
+                stretch.started_at = stretch.scheduled_at
+                facts.write_event(self.store, self._stretch_event(stretch, None))
+                self.phases.window_opened(key, stretch.started_at)
+            self._write_stacks(rows)
+            return
         dip = self._dips.get(key)
         if dip is None or not rows:
             return  # the dip ended while py-spy ran: too short to count

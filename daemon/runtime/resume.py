@@ -15,7 +15,7 @@ import logging
 
 from daemon import clock
 from daemon.analysis.analyzer import Analyzer
-from daemon.analysis.balance import LOW_UTILIZATION
+from daemon.analysis.balance import LOW_UTILIZATION, MID_UTILIZATION
 from daemon.analysis.cost import HostPrice
 from daemon.analysis.idle import BUDGET_EXCEEDED, GPU_HELD_IDLE, GPU_UNHELD_IDLE, HOST_IDLE
 from daemon.analysis.ledger import RUN_START_READING, CostLedger, recording_gap_s, run_starts
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 # Events that last while a condition holds: a run leaves them open when it stops. (A budget
 # crossing stands for its period: it stays, and `spend_before` hands it to the budgets.)
-LASTING_EVENTS = (GPU_HELD_IDLE, GPU_UNHELD_IDLE, HOST_IDLE, LOW_UTILIZATION)
+LASTING_EVENTS = (GPU_HELD_IDLE, GPU_UNHELD_IDLE, HOST_IDLE, LOW_UTILIZATION, MID_UTILIZATION)
 
 
 def end_left_open(store: Store, config: Config) -> None:

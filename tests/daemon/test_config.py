@@ -150,6 +150,9 @@ metric = "vllm:generation_tokens_total"
     ("[[cost.unit_costs]]\ntarget = \"x\"\nurl = \"ftp://h\"\nmetric = \"m\"\n", "http(s) URL"),
     ("[[cost.unit_costs]]\ntarget = \"x\"\nurl = \"http://h\"\n", "metric is required"),
     ("[attribution]\nlow_sm_share = 50\nhigh_sm_share = 40\n", "high_sm_share"),
+    ("[attribution]\nmid_sm_share = 35\n",
+     "[attribution].mid_sm_share = 35 is not above high_sm_share = 40"),
+    ("[attribution]\nmid_dump_interval = \"0s\"\n", "mid_dump_interval"),
 ])
 def test_bad_cost_and_attribution_settings(tmp_path, text, expected):
     with pytest.raises(ConfigError, match=re.escape(expected)):

@@ -1,0 +1,131 @@
+"""The middle band's dumps on the test's clock (no py-spy): a process whose SM share stays
+between low_sm_share and mid_sm_share is dumped in turn, slowly, within mid_dumps_per_second
+over all of them; a process in a low-utilization window keeps its turns; a busy one is never
+dumped."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+from test_fair_dumps import TokenSampler
+from test_phases import STDLIB, USER
+
+from daemon.analysis.balance import LOW_UTILIZATION, MID_UTILIZATION
+from daemon.config import AttributionConfig
+from daemon.runtime.attribution import Attribution
+from daemon.sources.frames import DumpResult, Frame, ThreadStack
+from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
+from daemon.sources.stacks import OK, RATE_LIMITED
+from daemon.store import queries
+from daemon.store.reader import StoreReader
+from daemon.store.writer import Store
+
+
+def test_the_middle_band_is_dumped_in_turn_within_its_own_limit(tmp_path):
+    """64 processes at 45% SM, one at 90%, one at 10% (a window), 160 ticks of 1 s: every
+    band process dumped, none in its first mid_after, none twice within mid_dump_interval,
+    all of them together at most mid_dumps_per_second; the window's process dumped at each of
+    its turns; the busy one never."""
+    store = Store(tmp_path / "mlcost.db")
+    config = AttributionConfig(min_window=0.5, dump_interval=2.0, dumps_per_second=2.0)
+    band = tuple(ProcessSample(50_000 + i, 1000.0 + i, 1, "ann", "python job.py",
+                               (GpuUse(i % 8, 1 << 30, 45.0),)) for i in range(64))
+    busy = ProcessSample(60_000, 1000.0, 1, "ann", "python busy.py", (GpuUse(0, 1 << 30, 90.0),))
+    dip = ProcessSample(60_001, 1000.0, 1, "ann", "python dip.py", (GpuUse(1, 1 << 30, 10.0),))
+    gpus = tuple(GpuSample(i, f"u{i}", "A100-SXM4-40GB", "ok", 50.0, None, 40 << 30, 40 << 30)
+                 for i in range(8))
+    sampler = TokenSampler(config.dump_interval)
+    attribution = Attribution(config, store, sampler, interval_s=1.0)  # type: ignore[arg-type]
+    when: dict[int, list[float]] = {}
+    dump = sampler.dump
+
+    async def noted(pid: int):
+        result = await dump(pid)
+        when.setdefault(pid, []).append(sampler.now)
+        return result
+
+    sampler.dump = noted  # type: ignore[method-assign]
+    ticks, start = 160, 4000.0
+
+    async def run() -> None:
+        for tick in range(ticks):
+            sampler.next_tick(start + tick)
+            attribution.on_tick(Sample(start + tick, tick, gpus=gpus,
+                                       processes=(*band, busy, dip)))
+            await attribution.dumps_finished()
+        await attribution.stop()
+
+    try:
+        asyncio.run(run())
+    finally:
+        store.close()
+    in_band = Counter({p.pid: len(when.get(p.pid, [])) for p in band})
+    assert min(in_band.values()) >= 1, sorted(in_band.items())
+    assert sum(in_band.values()) <= config.mid_dumps_per_second * ticks + 1, in_band.total()
+    for p in band:
+        times = when[p.pid]
+        assert times[0] >= start + config.mid_after - 1, (p.pid, times)
+        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        assert all(gap >= config.mid_dump_interval - 0.5 for gap in gaps), (p.pid, times)
+    assert busy.pid not in when
+    assert len(when[dip.pid]) >= ticks / config.dump_interval - 2, when[dip.pid]
+
+
+class WaitingSampler(TokenSampler):
+    """Each dump finds the main thread waiting on a queue.Queue in the user's loop: `idle` in
+    a low-utilization window."""
+
+    async def dump(self, pid: int) -> DumpResult:
+        result = await super().dump(pid)
+        if result.status == RATE_LIMITED:
+            return result
+        frames = (Frame("Condition.wait", f"{STDLIB}/threading.py", 320),
+                  Frame("Queue.get", f"{STDLIB}/queue.py", 171), Frame("serve", USER, 40))
+        return DumpResult(pid, self.now, OK, [ThreadStack(1, "MainThread", False, frames)])
+
+
+def test_a_wait_sampled_in_the_middle_band_is_compute_never_idle(tmp_path):
+    """The same waiting stack: `idle` in a window (10% SM), compute in the middle band (35%,
+    under high_sm_share: no 'GPU busy meanwhile'), whose stretch is stored from its first
+    sample; no idle rule can come of a process at work."""
+    store = Store(tmp_path / "mlcost.db")
+    config = AttributionConfig(min_window=0.5, dump_interval=2.0, dumps_per_second=2.0,
+                               mid_after=3.0, mid_dump_interval=2.0, mid_dumps_per_second=1.0)
+    band = ProcessSample(70_000, 1000.0, 1, "ann", "python serve.py", (GpuUse(0, 1 << 30, 35.0),))
+    dip = ProcessSample(70_001, 1000.0, 1, "ann", "python serve.py", (GpuUse(1, 1 << 30, 10.0),))
+    gpus = tuple(GpuSample(i, f"u{i}", "A100-SXM4-40GB", "ok", 35.0, None, 40 << 30, 40 << 30)
+                 for i in range(2))
+    sampler = WaitingSampler(config.dump_interval)
+    attribution = Attribution(config, store, sampler, interval_s=1.0)  # type: ignore[arg-type]
+    start = 4000.0
+
+    async def run() -> None:
+        for tick in range(20):
+            sampler.next_tick(start + tick)
+            attribution.on_tick(Sample(start + tick, tick, gpus=gpus, processes=(band, dip)))
+            await attribution.dumps_finished()
+        await attribution.stop()
+
+    try:
+        asyncio.run(run())
+    finally:
+        store.close()
+    reader = StoreReader(str(tmp_path / "mlcost.db"))
+    try:
+        events = queries.events(reader, 0, 1e12)
+    finally:
+        reader.close()
+    # (the live balance's samples: what the store was handed with them, as _write_stacks does)
+    samples = [{"pid": key[0], "ts": s.ts, "phase": s.phase, "reason": s.reason}
+               for key, proc in attribution.phases._processes.items() for s in proc.samples]
+    phases = {pid: {s["phase"] for s in samples if s["pid"] == pid} for pid in (band.pid, dip.pid)}
+    assert phases == {band.pid: {"compute"}, dip.pid: {"idle"}}, phases
+    reasons = {s["reason"] for s in samples if s["pid"] == band.pid}
+    assert all("middle band" in r for r in reasons), reasons
+    [stretch] = [e for e in events if e["kind"] == MID_UTILIZATION]
+    first = min(s["ts"] for s in samples if s["pid"] == band.pid)
+    assert stretch["target"].startswith(f"{band.pid}:"), stretch
+    assert start + config.mid_after - 1 <= stretch["started_at"] <= first, (stretch, first)
+    assert not [e for e in events if e["kind"] == LOW_UTILIZATION
+                and e["target"].startswith(f"{band.pid}:")], events

@@ -1,0 +1,98 @@
+"""The middle band under a real mlcostd with a real py-spy: a process whose GPU is busy about
+half the time, because its own main thread does CPU work between kernels, gets stack samples
+and its line named; a steady 90%-busy process is never dumped.
+
+Stacks used to be sampled only in low-utilization windows (SM share below
+[attribution].low_sm_share, 30%): a job that hashes 45 ms between 50-ms kernels (45% SM) never
+opened one, its balance read all compute, and nothing named the hashing line that keeps its GPU
+waiting (the corpus's train_shards_mp ranks and write_embeddings, on a quiet host).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from simhost import poll
+from test_corpus import FAST_STACKS, balances, pytestmark, sampled, scenario_file  # noqa: F401
+from test_work_waits_live import advice_by_program, program
+
+from daemon.analysis.balance import LOW_UTILIZATION, MID_UTILIZATION
+from daemon.store import queries
+from daemon.store.reader import StoreReader
+
+# The band's sampling after 5 s in it, a dump every 2 s: samples within a minute.
+MID = {"mid_after": "5s", "mid_dump_interval": "2s", "mid_dumps_per_second": 1}
+CONFIG = {"attribution": {**FAST_STACKS["attribution"], **MID},
+          "cost": {"evaluate_every": "5s"}}
+NAMES = ("hash_between_kernels.py", "steady_kernels.py")
+HOST_SAMPLES = 6  # host_preprocess samples before its top stack is judged
+
+
+def events_of(daemon: Any) -> dict[str, list[dict[str, Any]]]:
+    """The store's events by target (process key)."""
+    reader = StoreReader(str(daemon.db))
+    try:
+        found: dict[str, list[dict[str, Any]]] = {}
+        for event in queries.events(reader, 0, 1e12):
+            found.setdefault(event["target"], []).append(event)
+        return found
+    finally:
+        reader.close()
+
+
+def test_a_job_starving_its_gpu_at_half_load_has_its_line_named_a_busy_one_is_not_dumped(
+        mlcostd, tmp_path):
+    path = scenario_file(tmp_path, [
+        {"name": "hasher", "command": program("hash_between_kernels.py")},
+        {"name": "steady", "command": program("steady_kernels.py")}])
+    daemon = mlcostd("idle-host", interval=1.0, config=CONFIG, args=["--simulate", str(path)])
+    state: dict[str, Any] = {}
+
+    def named() -> bool:
+        procs = {next((n for n in NAMES if n in p["command"]), "?"): p
+                 for p in daemon.now()["processes"] if p.get("gpus")}
+        if not all(name in procs for name in NAMES):
+            return False
+        state["procs"] = procs
+        state["balance"] = found = {name: balance for command, balance in
+                                    balances(daemon.db).items()
+                                    for name in NAMES if f"/{name}" in command}
+        host = (found.get("hash_between_kernels.py") or {}).get("host_preprocess")
+        if host is None or sampled(host) < HOST_SAMPLES:
+            return False
+        state["advice"] = advice = advice_by_program(daemon, NAMES)
+        return any(r.rule == "main_thread_preprocessing"
+                   for r in advice["hash_between_kernels.py"])
+
+    poll(named, 180, "host_preprocess samples and its advice for the hashing job", every=2.0,
+         explain=lambda: json.dumps({n: p.get("sm_share") for n, p in
+                                     state.get("procs", {}).items()}) + "\n"
+         + json.dumps(state.get("balance"), default=str)[:3000] + "\n" + daemon.log_tail())
+    hasher, steady = state["procs"][NAMES[0]], state["procs"][NAMES[1]]
+    host = state["balance"][NAMES[0]]["host_preprocess"]
+    top = host["top_stacks"][0]
+    assert top["file"].endswith("hash_between_kernels.py"), top
+    assert top["function"].split(".<locals>.")[0] == "hash_features", top
+    [advice] = [r for r in state["advice"][NAMES[0]] if r.rule == "main_thread_preprocessing"]
+    assert "hash_between_kernels.py" in json.dumps(advice.evidence), advice.evidence
+    # It was sampled in the middle band, at work: its GPU above low_sm_share, no window.
+    events = events_of(daemon)
+    mine = events.get(hasher["key"], [])
+    assert [e for e in mine if e["kind"] == MID_UTILIZATION], mine
+    assert hasher["sm_share"] >= 30, hasher["sm_share"]
+    # The busy process: never in the band, never sampled after its first seconds.
+    assert not [e for e in events.get(steady["key"], [])
+                if e["kind"] in (MID_UTILIZATION, LOW_UTILIZATION)], events.get(steady["key"])
+    assert not state["balance"].get(NAMES[1], {}).get("compute", {}).get("top_stacks"), \
+        state["balance"].get(NAMES[1])
+    assert all(not p.get("top_stacks") for p in state["balance"].get(NAMES[1], {}).values())
+    status = steady.get("stack_status")
+    started = float(steady["start_time"])
+    assert status is None or status["ts"] < started + 5.0, status
+    # Working, both: no SIGTERM, no idle advice.
+    for name in NAMES:
+        assert not [r for r in state["advice"][name]
+                    if (r.action or {}).get("kind") == "sigterm"
+                    or r.rule.startswith("idle")], [r.rule for r in state["advice"][name]]
+    assert daemon.stop() == 0, daemon.log_tail()
