@@ -87,7 +87,7 @@ from daemon.sources.stacks import (
 from daemon.store import facts
 from daemon.store.facts import StackRow
 from daemon.store.writer import Store
-from daemon.wire import COMPUTE, IDLE, process_key
+from daemon.wire import COMPUTE, IDLE, SYNC, process_key
 
 log = logging.getLogger(__name__)
 
@@ -787,6 +787,15 @@ class Attribution:
             # of it (a job that sleeps between kernels is throttled, not idle).
             verdict = replace(verdict, phase=COMPUTE, reason=(
                 f"waits while its GPU works (in the middle band): {verdict.reason}"))
+        elif in_band and verdict.phase == SYNC:
+            # A sync there (`.item()`/`.cpu()` on the user's line, or the same line repeating
+            # while the host waits) waits on its own GPU's work: the step's compute. The GPU
+            # waits only while the host does something else, and those samples name that line;
+            # a healthy scorer whose GPU is never idle read ~90% sync and got "keep values on
+            # the GPU" as the host's top advice.
+            verdict = replace(verdict, phase=COMPUTE, reason=(
+                "waits on its own GPU's work (in the middle band its GPU works a third of the "
+                f"time or more: the wait is the step's compute, not a stall): {verdict.reason}"))
         elif in_band and verdict.phase != COMPUTE:
             verdict = replace(verdict, reason=(
                 f"{verdict.reason} (in the middle band: its CPU weighed against the time its "
