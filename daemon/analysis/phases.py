@@ -348,9 +348,15 @@ def classify(
         # the decoding).
         caught = (thread is not None and thread.active and responsible is not None
                   and responsible is frames[0] and line_call is None)
+        # A dump caught at a sync of its own (`loss.item()`) that saves nothing: the writes of
+        # the last seconds were another line's (the checkpoint's own samples name it), and a
+        # checkpoint verdict here named `loss.item()` as the checkpoint (probe 144 F4).
+        writes_elsewhere = (line_call is not None and line_call[0] == SYNC
+                            and not _calls(responsible, SAVE_CALL, source_line))
         measured = _from_signals(
             frames, signals, responsible, caught_on_cpu=caught,
-            in_python=caught and responsible is not None and is_comprehension(responsible))
+            in_python=caught and responsible is not None and is_comprehension(responsible),
+            writes_elsewhere=writes_elsewhere)
         if measured is not None:
             return measured
     child = next((f for f in reversed(called) if is_child_wait(f)), None)
@@ -957,15 +963,22 @@ def _has_process_pool(threads: Sequence[ThreadStack], main: ThreadStack | None) 
     return any(is_process_pool_thread(t.frames) for t in others)
 
 
+# A line that saves or writes something, whatever else it calls (`np.save(f, x.cpu().numpy())`,
+# `pickle.dump(t.cpu(), f)`): the writes the signals see may be its own.
+SAVE_CALL = re.compile(r"\b\w*(save|dump|write|fsync|flush)\w*\(")
+
+
 def _from_signals(frames: Sequence[Frame], signals: HostSignals, responsible: Frame | None,
-                  *, in_python: bool = False, caught_on_cpu: bool = False
-                  ) -> Classification | None:
+                  *, in_python: bool = False, caught_on_cpu: bool = False,
+                  writes_elsewhere: bool = False) -> Classification | None:
     """What the signals say when the frames named no library: see classify(). `in_python`:
     the stack shows the main thread running Python (a comprehension of the user's, on a CPU):
     host compute, whatever its I/O and on-CPU share over the seconds the signals cover.
     `caught_on_cpu`: it shows the main thread on a CPU at a line of its own that calls no
     I/O (a C call such as `out.sort()`): host compute where its process reads too little per
-    CPU-second for the reading to be where its time goes (HostSignals.input_read)."""
+    CPU-second for the reading to be where its time goes (HostSignals.input_read).
+    `writes_elsewhere`: its line is a sync that writes nothing, so the writes the signals saw
+    are no verdict on it."""
     if in_python:  # (no figure in the text: a stack's reasons are counted by their text)
         if _under_no_grad(frames):
             return Classification(
@@ -975,7 +988,7 @@ def _from_signals(frames: Sequence[Frame], signals: HostSignals, responsible: Fr
             HOST_PREPROCESS, f"main thread running Python (a comprehension, {_where(frames[0])}) "
             "while the GPU idles (host-side compute)", responsible)
     writing = signals.streams(signals.write_per_s, WRITE_MIN_PER_S)
-    if writing is not None:
+    if writing is not None and not writes_elsewhere:
         return Classification(
             CHECKPOINT, f"writing {writing} while the GPU idles (a checkpoint or output write)",
             responsible)

@@ -87,7 +87,7 @@ from daemon.sources.stacks import (
 from daemon.store import facts
 from daemon.store.facts import StackRow
 from daemon.store.writer import Store
-from daemon.wire import COMPUTE, IDLE, process_key
+from daemon.wire import COMPUTE, IDLE, SYNC, process_key
 
 log = logging.getLogger(__name__)
 
@@ -214,10 +214,11 @@ def _rate(first: float | None, last: float | None, seconds: float) -> float | No
     return max(last - first, 0.0) / seconds
 
 
-def _written(first: _Snapshot, last: _Snapshot, seconds: float) -> float:
-    """Output bytes/s: to storage, or sent out through syscalls (net of what it read back)."""
-    return max(_rate(first.written, last.written, seconds) or 0.0,
-               _rate(first.sent, last.sent, seconds) or 0.0)
+def _sent(first: _Snapshot, last: _Snapshot, seconds: float) -> float | None:
+    """Bytes/s sent through syscalls less those read (negative: it read more), or None."""
+    if first.sent is None or last.sent is None or seconds <= 0:
+        return None
+    return (last.sent - first.sent) / seconds
 
 
 class Attribution:
@@ -440,9 +441,11 @@ class Attribution:
         for key in [k for k in self._mid_dumped_at if k not in live]:
             del self._mid_dumped_at[key]
 
-    def host_signals(self, proc: ProcessSample) -> HostSignals | None:
+    def host_signals(self, proc: ProcessSample, of_job: ProcessSample | None = None
+                     ) -> HostSignals | None:
         """The signals of `proc` over its last snapshots, its children's I/O added; None until
-        two ticks have been seen."""
+        two ticks have been seen. `of_job`: the parent it is a worker of (its sends count as
+        output only as far as they leave that job)."""
         own = self._signals.get(proc.key)
         if own is None or len(own.seen) < 2:
             return None
@@ -452,7 +455,12 @@ class Attribution:
         if seconds <= 0:
             return None
         read = _rate(first.read, last.read, seconds) or 0.0
-        written = _written(first, last, seconds)
+        # Output: to storage, or sent out through syscalls net of what the process and its
+        # children read (summed over them, then netted): a Pool worker's results through a pipe
+        # are the parent's reads, input moving within the job, not a checkpoint (a job that
+        # wrote no file read "now every 17 s" of blocking_checkpoint).
+        storage = _rate(first.written, last.written, seconds) or 0.0
+        sent = _sent(first, last, seconds)
         in_d = any(s.in_d for s in snapshots)
         tree_cpu = _rate(first.tree_cpu_seconds, last.tree_cpu_seconds, seconds) or 0.0
         children_running = 0
@@ -465,9 +473,18 @@ class Attribution:
             kid_first, kid_last = _snapshot(kid.seen[0]), _snapshot(kid.seen[-1])
             span = kid_last.ts - kid_first.ts
             read += _rate(kid_first.read, kid_last.read, span) or 0.0
-            written += _written(kid_first, kid_last, span)
+            storage += _rate(kid_first.written, kid_last.written, span) or 0.0
+            kid_sent = _sent(kid_first, kid_last, span)
+            if kid_sent is not None:
+                sent = kid_sent if sent is None else sent + kid_sent
             tree_cpu += _rate(kid_first.tree_cpu_seconds, kid_last.tree_cpu_seconds,
                               span) or 0.0
+        written = max(storage, sent or 0.0)
+        if of_job is not None and written > storage:
+            # A worker dumped for its parent: what it sends out counts only as far as it leaves
+            # the job (the parent's and its workers' sends net of their reads).
+            job = self.host_signals(of_job)
+            written = max(storage, min(written, job.write_per_s if job is not None else 0.0))
         mains = [(s.ts, t) for s in snapshots if (t := s.main_times) is not None]
         main_cpu = main_queued = main_woke = None
         if len(mains) >= 2:
@@ -635,7 +652,7 @@ class Attribution:
                         worker_rights = credentials(worker.pid)
                         worker_result = await self.sampler.dump(worker.pid)
                         rows += self._rows(worker, worker_result, share, worker_rights,
-                                           busy_elsewhere=False)
+                                           busy_elsewhere=False, of_job=proc)
             self._keep(proc.key, rows, stretch)
         except Exception:  # attribution must never take the daemon down
             log.exception("stack sampling of pid %d failed", proc.pid)
@@ -739,7 +756,7 @@ class Attribution:
 
     def _rows(self, proc: ProcessSample, result: DumpResult, share: float,
               rights: Credentials | None, *, busy_elsewhere: bool,
-              in_band: bool = False) -> list[StackRow]:
+              in_band: bool = False, of_job: ProcessSample | None = None) -> list[StackRow]:
         if result.status != RATE_LIMITED:
             self.status_by_key[process_key(proc.pid, proc.start_time)] = {
                 "status": result.status, "error": result.error, "ts": result.ts}
@@ -757,7 +774,7 @@ class Attribution:
         thread = main_thread(result.threads)
         if thread is None:
             return []
-        host = self.host_signals(proc)
+        host = self.host_signals(proc, of_job)
         if not thread.frames and (host is None or not host.interactive_prompt
                                   or thread.active):
             # (an interactive prompt's main thread reads its user's next line in C: no frame,
@@ -800,6 +817,15 @@ class Attribution:
             # of it (a job that sleeps between kernels is throttled, not idle).
             verdict = replace(verdict, phase=COMPUTE, reason=(
                 f"waits while its GPU works (in the middle band): {verdict.reason}"))
+        elif in_band and verdict.phase == SYNC:
+            # A sync there (`.item()`/`.cpu()` on the user's line, or the same line repeating
+            # while the host waits) waits on its own GPU's work: the step's compute. The GPU
+            # waits only while the host does something else, and those samples name that line;
+            # a healthy scorer whose GPU is never idle read ~90% sync and got "keep values on
+            # the GPU" as the host's top advice.
+            verdict = replace(verdict, phase=COMPUTE, reason=(
+                "waits on its own GPU's work (in the middle band its GPU works a third of the "
+                f"time or more: the wait is the step's compute, not a stall): {verdict.reason}"))
         elif in_band and verdict.phase != COMPUTE:
             verdict = replace(verdict, reason=(
                 f"{verdict.reason} (in the middle band: its CPU weighed against the time its "

@@ -11,6 +11,7 @@ waiting (the corpus's train_shards_mp ranks and write_embeddings, on a quiet hos
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from simhost import poll
@@ -95,4 +96,59 @@ def test_a_job_starving_its_gpu_at_half_load_has_its_line_named_a_busy_one_is_no
         assert not [r for r in state["advice"][name]
                     if (r.action or {}).get("kind") == "sigterm"
                     or r.rule.startswith("idle")], [r.rule for r in state["advice"][name]]
+    assert daemon.stop() == 0, daemon.log_tail()
+
+
+SCORER = "small_batch_scorer.py"
+SCORER_SAMPLES = 6  # band samples before its balance is read, and as many again for its advice
+
+
+def test_a_scorer_waiting_on_its_own_busy_gpu_in_the_band_is_compute_not_a_sync(
+        mlcostd, tmp_path):
+    """Back-to-back 25-ms kernels at half the SMs: the GPU is never idle (utilization ~100%),
+    its SM share ~50%, and the main thread waits in `scores.cpu()` (in C, no Python frame
+    below the user's line, as in torch) on its own running kernel. In the band that wait is
+    the GPU's work: compute, never a sync, and no host_sync advice ("keep values on the GPU"
+    would break the job and free nothing). It read sync ~89% and got host_sync as the host's
+    top recommendation (probe 144, F1)."""
+    path = scenario_file(tmp_path, [{"name": "scorer", "command": program(SCORER)}])
+    daemon = mlcostd("idle-host", interval=1.0, config=CONFIG, args=["--simulate", str(path)])
+    state: dict[str, Any] = {}
+
+    def samples_at_least(count: int) -> Callable[[], bool]:
+        def enough() -> bool:
+            procs = [p for p in daemon.now()["processes"]
+                     if p.get("gpus") and SCORER in p["command"]]
+            if not procs:
+                return False
+            state["proc"] = procs[0]
+            state["balance"] = found = next(
+                (b for command, b in balances(daemon.db).items() if f"/{SCORER}" in command), {})
+            return sum(sampled(phase) for phase in found.values()) >= count
+        return enough
+
+    def explain() -> str:
+        return (json.dumps(state.get("proc", {}).get("sm_share")) + "\n"
+                + json.dumps(state.get("balance"), default=str)[:3000] + "\n"
+                + daemon.log_tail())
+
+    poll(samples_at_least(SCORER_SAMPLES), 180, "band samples of the scorer", every=2.0,
+         explain=explain)
+    # As many samples again: the advice has been evaluated (every 5 s) on a balance that held
+    # them all the while.
+    poll(samples_at_least(2 * SCORER_SAMPLES), 120, "more band samples of the scorer",
+         every=2.0, explain=explain)
+    balance = state["balance"]
+    assert "sync" not in balance, json.dumps(balance, default=str)[:3000]
+    assert balance.get("compute", {}).get("top_stacks"), balance
+    reasons = {stack.get("reason") for stack in balance["compute"]["top_stacks"]}
+    assert any("its own GPU" in (reason or "") for reason in reasons), reasons
+    advice = advice_by_program(daemon, (SCORER,))[SCORER]
+    assert not [r for r in advice if r.rule == "host_sync"], [
+        (r.rule, r.evidence) for r in advice]
+    # It was sampled in the band (no window), at work.
+    assert [e for e in events_of(daemon).get(state["proc"]["key"], [])
+            if e["kind"] == MID_UTILIZATION], events_of(daemon)
+    assert not [r for r in advice if (r.action or {}).get("kind") == "sigterm"
+                or r.rule.startswith("idle")], [r.rule for r in advice]
     assert daemon.stop() == 0, daemon.log_tail()

@@ -2586,3 +2586,20 @@ def test_a_wait_for_a_child_process_through_multiprocessing_is_no_job_wait():
                      signals=HostSignals(seconds=3.0, main_thread_cpu=0.0, process_cpu=0.01,
                                          tree_cpu=0.01))
     assert found.reason.startswith(stack_rules.CHILD_WAIT), found
+
+
+def test_a_dump_caught_at_a_sync_after_a_checkpoint_does_not_name_the_sync_as_the_checkpoint():
+    """train_ckpt_every_n: the dump lands at `loss.item()` a second after save_checkpoint
+    wrote 150 MB/s; the write-rate signal made that line the checkpoint, and the advice
+    pointed at it, not at save_checkpoint (probe 144 F4). A line that saves while it syncs
+    (`np.save(f, x.cpu().numpy())`) is still the checkpoint."""
+    def on(line, **said):
+        return classify(stack((USER, "train", 29)), gpu_busy=False,
+                        source_line=lambda f: line, repeated_leaf=True,
+                        signals=signals(write_per_s=150e6, main_thread_cpu=0.1,
+                                        process_cpu=0.1, **said))
+    sync = on("        total += loss.item()")
+    assert sync.phase != "checkpoint", sync
+    assert on("        total += loss.item()", gpu_busy=True).phase == "sync"
+    assert on("    np.save(f, weights.cpu().numpy())").phase == "checkpoint"
+    assert on("    pickle.dump(state.cpu(), f)").phase == "checkpoint"
