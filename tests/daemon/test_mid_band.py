@@ -22,6 +22,24 @@ from daemon.store.reader import StoreReader
 from daemon.store.writer import Store
 
 
+def run_ticks(attribution: Attribution, sampler: TokenSampler, store: Store, start: float,
+              ticks: int, gpus: tuple[GpuSample, ...],
+              processes: tuple[ProcessSample, ...]) -> None:
+    """`ticks` ticks of the same processes, one a second from `start` on the test's clock,
+    each tick's dumps finished before the next; the store closed after."""
+    async def run() -> None:
+        for tick in range(ticks):
+            sampler.next_tick(start + tick)
+            attribution.on_tick(Sample(start + tick, tick, gpus=gpus, processes=processes))
+            await attribution.dumps_finished()
+        await attribution.stop()
+
+    try:
+        asyncio.run(run())
+    finally:
+        store.close()
+
+
 def test_the_middle_band_is_dumped_in_turn_within_its_own_limit(tmp_path):
     """64 processes at 45% SM, one at 90%, one at 10% (a window), 160 ticks of 1 s: every
     band process dumped, none in its first mid_after, none twice within mid_dump_interval,
@@ -48,18 +66,7 @@ def test_the_middle_band_is_dumped_in_turn_within_its_own_limit(tmp_path):
     sampler.dump = noted  # type: ignore[method-assign]
     ticks, start = 160, 4000.0
 
-    async def run() -> None:
-        for tick in range(ticks):
-            sampler.next_tick(start + tick)
-            attribution.on_tick(Sample(start + tick, tick, gpus=gpus,
-                                       processes=(*band, busy, dip)))
-            await attribution.dumps_finished()
-        await attribution.stop()
-
-    try:
-        asyncio.run(run())
-    finally:
-        store.close()
+    run_ticks(attribution, sampler, store, start, ticks, gpus, (*band, busy, dip))
     in_band = Counter({p.pid: len(when.get(p.pid, [])) for p in band})
     assert min(in_band.values()) >= 1, sorted(in_band.items())
     assert sum(in_band.values()) <= config.mid_dumps_per_second * ticks + 1, in_band.total()
@@ -100,17 +107,7 @@ def test_a_wait_sampled_in_the_middle_band_is_compute_never_idle(tmp_path):
     attribution = Attribution(config, store, sampler, interval_s=1.0)  # type: ignore[arg-type]
     start = 4000.0
 
-    async def run() -> None:
-        for tick in range(20):
-            sampler.next_tick(start + tick)
-            attribution.on_tick(Sample(start + tick, tick, gpus=gpus, processes=(band, dip)))
-            await attribution.dumps_finished()
-        await attribution.stop()
-
-    try:
-        asyncio.run(run())
-    finally:
-        store.close()
+    run_ticks(attribution, sampler, store, start, 20, gpus, (band, dip))
     reader = StoreReader(str(tmp_path / "mlcost.db"))
     try:
         events = queries.events(reader, 0, 1e12)
