@@ -598,6 +598,20 @@ def test_a_job_blocked_on_a_lock_is_never_offered_sigterm():
     assert rec.action["kind"] == "copy_commands", rec.action
     assert "waits on a lock (/srv/job.py:8)" in rec.action["text"]
     assert any("/proc/locks" in c for c in rec.action["commands"])
+    assert rec.action["commands"][0].startswith("lslocks")  # a file lock: another process's
+
+
+def test_a_job_waiting_on_a_thread_lock_is_shown_its_threads_first_not_file_locks():
+    """`with stats_lock:` (a threading.Lock, acquired in C): lslocks lists file locks only, so
+    the look first led with a command that cannot show the holder (probe 143 F5's helper)."""
+    s = window(n=61, utils=[0.0] * 8, holders={0: 0.0}, command="python lock_job.py")
+    phases = idle_held_phases(s, "waiting on a lock: `with stats_lock:` with the GPU idle",
+                              idle=1.0)
+    [rec] = by_rule(recs(s, phases), "idle_gpu_held")
+    assert rec.action["kind"] == "copy_commands", rec.action
+    assert rec.action["commands"][0].startswith("sudo py-spy dump --pid "), rec.action
+    assert "a thread lock" in rec.action["text"], rec.action["text"]
+    assert any("file lock" in c for c in rec.action["commands"] if c.startswith("lslocks"))
 
 
 def test_an_asyncio_loop_that_a_timer_wakes_is_looked_at_first_a_notebook_is_not():

@@ -347,14 +347,21 @@ def _look_first_no_stacks(proc: ProcessWindow) -> dict[str, object]:
                          signal_command(proc.pid, proc.start_time)]}
 
 
-def _look_first_lock(proc: ProcessWindow, where: str) -> dict[str, object]:
-    """Its stacks wait on a lock: someone holds it, and stopping the waiter loses its work."""
+def _look_first_lock(proc: ProcessWindow, where: str, reason: str) -> dict[str, object]:
+    """Its stacks wait on a lock: someone holds it, and stopping the waiter loses its work.
+    A file lock's holder is another process (lslocks, /proc/locks); a thread lock's (`with
+    lock:`, `.acquire()`, threads that wait on locks) is a thread of its own, which only its
+    stack dump shows: that comes first, and lslocks is said to list file locks only."""
+    dump = f"sudo py-spy dump --pid {proc.pid}"
+    files = ["lslocks -o PID,COMMAND,TYPE,MODE,PATH  # who holds which file lock (flock, lockf)",
+             "cat /proc/locks  # the same, by inode, where lslocks is missing"]
+    file_lock = "flock" in reason or "lockf" in reason
     return {"kind": "copy_commands",
             "text": f"pid {proc.pid} waits on a lock ({where}): whoever holds it decides when it "
-                    "goes on; find the holder before stopping anything",
-            "commands": ["lslocks -o PID,COMMAND,TYPE,MODE,PATH  # who holds which lock",
-                         "cat /proc/locks  # the same, by inode, where lslocks is missing",
-                         f"sudo py-spy dump --pid {proc.pid}"]}
+                    "goes on; find the holder before stopping anything"
+                    + ("" if file_lock else " (a thread lock: its own threads' stacks show which "
+                                            "one holds it)"),
+            "commands": [*files, dump] if file_lock else [dump, *files]}
 
 
 def _look_first_between(proc: ProcessWindow, computed: float) -> dict[str, object]:
@@ -566,7 +573,7 @@ def idle_verdict(proc: ProcessWindow, a: Analysis) -> IdleVerdict:
                     "closes it when done")
     if waits_in.startswith(LOCK_WAIT):
         return IdleVerdict(
-            ON_A_LOCK, lambda: _look_first_lock(proc, where),
+            ON_A_LOCK, lambda: _look_first_lock(proc, where, waits_in),
             lambda: f"waits on a lock ({where}): whoever holds it decides when it goes on")
     child = waits_for_child(proc)
     if child is not None:
