@@ -260,7 +260,7 @@ class KindFacts:
     # sees of a UDP server.
     udp_ports: tuple[int, ...] = ()
     # Its unconnected UDP sockets on 0.0.0.0 or :: on a port inside the ephemeral range
-    # (udp_wildcard): a client's (statsd, DNS) or a server's; no table tells which.
+    # (UdpSockets.wildcard): a client's (statsd, DNS) or a server's; no table tells which.
     udp_wildcard_ports: tuple[int, ...] = ()
     # Its ESTABLISHED TCP connections at the last socket read whose other end a GPU process of
     # its own job holds (JobPeers: its parent, a child, a sibling running its command line),
@@ -487,32 +487,33 @@ def _wildcard(address: bytes) -> bool:
     return bool(colon) and not host.strip(b"0")
 
 
-def udp_listening(inodes: set[int] | frozenset[int], rows: list[TcpRow],
-                  ephemeral: tuple[int, int]) -> tuple[int, ...]:
-    """The UDP ports among `inodes` (pid's sockets) it serves on: an unconnected socket (no
-    remote address) bound to a port outside `ephemeral` on any address (0.0.0.0, ::, one of
-    the host's), or to any port on an address of its own (127.0.0.1, one of the host's): the
-    kernel gives a client's unbound socket an ephemeral port on the wildcard address, and
-    only bind() names an address. Sorted, at most MAX_PORTS."""
-    low, high = ephemeral
-    ports = {port for port, state, inode, local, remote in rows
-             if inode in inodes and 0 < port < 65536 and state != UDP_CONNECTED
-             and _no_address(remote) and (not low <= port <= high or not _wildcard(local))}
-    return tuple(sorted(ports)[:MAX_PORTS])
+class UdpSockets(NamedTuple):
+    """A process's unconnected UDP sockets (no remote address), in one walk of its rows:
+    - `listening`: those it serves on: bound to a port outside the ephemeral range on any
+      address (0.0.0.0, ::, one of the host's), or to any port on an address of its own
+      (127.0.0.1, one of the host's): the kernel gives a client's unbound socket an ephemeral
+      port on the wildcard address, and only bind() names an address;
+    - `wildcard`: the rest, on the wildcard address (0.0.0.0, ::) on a port inside the
+      ephemeral range: a statsd or DNS client's socket, or a server's that bound such a port;
+      no table tells them apart (its stacks may: rules/idle.py looks first where it waits on
+      its sockets).
+    Each sorted, at most MAX_PORTS."""
+
+    listening: tuple[int, ...]
+    wildcard: tuple[int, ...]
 
 
-def udp_wildcard(inodes: set[int] | frozenset[int], rows: list[TcpRow],
-                 ephemeral: tuple[int, int]) -> tuple[int, ...]:
-    """The UDP ports among `inodes` that udp_listening leaves out as a client's: unconnected
-    sockets on the wildcard address (0.0.0.0, ::) on a port inside `ephemeral`. A statsd or
-    DNS client's socket, or a server's that bound such a port: no table tells them apart (its
-    stacks may: rules/idle.py looks first where it waits on its sockets). Sorted, at most
-    MAX_PORTS."""
+def udp_sockets(inodes: set[int] | frozenset[int], rows: list[TcpRow],
+                ephemeral: tuple[int, int]) -> UdpSockets:
+    """The unconnected UDP sockets among `inodes` (pid's sockets), split as UdpSockets says."""
     low, high = ephemeral
-    ports = {port for port, state, inode, local, remote in rows
-             if inode in inodes and low <= port <= high and state != UDP_CONNECTED
-             and _no_address(remote) and _wildcard(local)}
-    return tuple(sorted(ports)[:MAX_PORTS])
+    listening: set[int] = set()
+    wildcard: set[int] = set()
+    for port, state, inode, local, remote in rows:
+        if inode in inodes and 0 < port < 65536 and state != UDP_CONNECTED \
+                and _no_address(remote):
+            (wildcard if low <= port <= high and _wildcard(local) else listening).add(port)
+    return UdpSockets(tuple(sorted(listening)[:MAX_PORTS]), tuple(sorted(wildcard)[:MAX_PORTS]))
 
 
 def _udp_rows(pid: int, tables: UdpTables | None
@@ -594,9 +595,9 @@ def _read_sockets(pid: int, tables: TcpTables | None = None,
                              _AcceptedEnds, tuple[int, ...], tuple[int, ...]]:
     """As read_sockets_with_inodes, with the descriptor count where it had no TCP socket
     (_socket_inodes; a socket in no TCP table is a UDP, unix or other one), where each accepted
-    connection comes from (_AcceptedEnds), the UDP ports it serves on (udp_listening: the
-    UDP tables are read only where some of its sockets are in no TCP row) and those that may be
-    a client's or a server's (udp_wildcard)."""
+    connection comes from (_AcceptedEnds), the UDP ports it serves on and those that may be
+    a client's or a server's (udp_sockets; the UDP tables are read only where some of its
+    sockets are in no TCP row)."""
     truncated: list[str] = []
     inodes, capped, steady_fds = _socket_inodes(pid)
     if capped:
@@ -612,8 +613,7 @@ def _read_sockets(pid: int, tables: TcpTables | None = None,
         left = inodes - {r[2] for r in rows}
         udp_rows, cut_udp, ephemeral = _udp_rows(pid, udp_tables)
         truncated += cut_udp
-        udp = udp_listening(left, udp_rows, ephemeral)
-        wildcard = udp_wildcard(left, udp_rows, ephemeral)
+        udp, wildcard = udp_sockets(left, udp_rows, ephemeral)
         # (some may be its TCP or UDP sockets past a cut: see the caller)
         if cut_tables or cut_udp and not left <= {r[2] for r in udp_rows}:
             truncated.append(SOCKETS_UNMATCHED)

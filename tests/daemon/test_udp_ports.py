@@ -35,8 +35,7 @@ from daemon.sources.kindfacts import (
     parse_ephemeral_range,
     parse_tcp_rows,
     read_kind_facts,
-    udp_listening,
-    udp_wildcard,
+    udp_sockets,
 )
 
 HEADER = (b"   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
@@ -68,28 +67,28 @@ TABLE = HEADER + b"".join((
 def test_unconnected_sockets_on_fixed_ports_are_listening_and_the_rest_not():
     rows = parse_tcp_rows(TABLE)
     mine = {11, 12, 13, 14, 15, 16, 17}
-    assert udp_listening(mine, rows, EPHEMERAL_DEFAULT) == (5353, 8000, 9998, 9999)
-    assert udp_listening({13, 14, 17, 19}, rows, EPHEMERAL_DEFAULT) == ()  # connected, clients
-    assert udp_listening(set(), rows, EPHEMERAL_DEFAULT) == ()
+    assert udp_sockets(mine, rows, EPHEMERAL_DEFAULT).listening == (5353, 8000, 9998, 9999)
+    assert udp_sockets({13, 14, 17, 19}, rows, EPHEMERAL_DEFAULT).listening == ()  # connected, clients
+    assert udp_sockets(set(), rows, EPHEMERAL_DEFAULT).listening == ()
     # a host whose ephemeral range starts low takes 9999 on 0.0.0.0 as a client's port, not
     # 9998 bound on 127.0.0.1 (or 8000 on a v4-mapped 127.0.0.1)
-    assert udp_listening(mine, rows, (9000, 65000)) == (5353, 8000, 9998)
-    assert udp_listening({14}, rows, (1024, 40000)) == (44413,)
+    assert udp_sockets(mine, rows, (9000, 65000)).listening == (5353, 8000, 9998)
+    assert udp_sockets({14}, rows, (1024, 40000)).listening == (44413,)
     # an ephemeral port bound on an address of its own: only bind() names one
-    assert udp_listening({18, 19, 20}, rows, EPHEMERAL_DEFAULT) == (47151, 47153)
+    assert udp_sockets({18, 19, 20}, rows, EPHEMERAL_DEFAULT).listening == (47151, 47153)
 
 
 def test_unconnected_sockets_on_all_addresses_on_ephemeral_ports_are_kept_apart():
-    """What udp_listening leaves out as a client's, a server's too where it bound such a port
+    """What UdpSockets.listening leaves out as a client's, a server's too where it bound such a port
     (probe 143 F10: camdetect_udp.py on 0.0.0.0:47151): kept apart, the rules look first."""
     rows = parse_tcp_rows(TABLE)
     mine = {11, 12, 13, 14, 15, 16, 17, 18, 19, 20}
-    assert udp_wildcard(mine, rows, EPHEMERAL_DEFAULT) == (44413, 47152)
-    assert not set(udp_wildcard(mine, rows, EPHEMERAL_DEFAULT)) & set(
-        udp_listening(mine, rows, EPHEMERAL_DEFAULT))
-    assert udp_wildcard({13, 17}, rows, EPHEMERAL_DEFAULT) == ()  # connected, not bound
-    assert udp_wildcard({11, 15}, rows, (1024, 65000)) == (5353, 9999)
-    assert udp_wildcard({14, 19}, rows, (1024, 40000)) == ()  # 44413, 47152 above it now
+    assert udp_sockets(mine, rows, EPHEMERAL_DEFAULT).wildcard == (44413, 47152)
+    assert not set(udp_sockets(mine, rows, EPHEMERAL_DEFAULT).wildcard) & set(
+        udp_sockets(mine, rows, EPHEMERAL_DEFAULT).listening)
+    assert udp_sockets({13, 17}, rows, EPHEMERAL_DEFAULT).wildcard == ()  # connected, not bound
+    assert udp_sockets({11, 15}, rows, (1024, 65000)).wildcard == (5353, 9999)
+    assert udp_sockets({14, 19}, rows, (1024, 40000)).wildcard == ()  # 44413, 47152 above it now
 
 
 def test_malformed_and_huge_rows_are_skipped():
@@ -102,14 +101,14 @@ def test_malformed_and_huge_rows_are_skipped():
         b"  1: 00000000:270F 00000000:0000 07 0 0 0 0 0 " + b"9" * 4000 + b" 2\n",
         row(b"00000000:270F", b"00000000:0000", b"07", 25)))
     rows = parse_tcp_rows(hostile)
-    assert udp_listening({21, 22, 23, 24, 25}, rows, EPHEMERAL_DEFAULT) == (9999,)
-    assert udp_wildcard({21, 22, 23, 24, 25}, rows, (1024, 65000)) == (9999,)
+    assert udp_sockets({21, 22, 23, 24, 25}, rows, EPHEMERAL_DEFAULT).listening == (9999,)
+    assert udp_sockets({21, 22, 23, 24, 25}, rows, (1024, 65000)).wildcard == (9999,)
     # many rows: bounded to MAX_PORTS ports, sorted
     many = HEADER + b"".join(row(b"00000000:%04X" % (1000 + i), b"00000000:0000", b"07", i)
                              for i in range(1, 200))
-    ports = udp_listening(set(range(1, 200)), parse_tcp_rows(many), EPHEMERAL_DEFAULT)
+    ports = udp_sockets(set(range(1, 200)), parse_tcp_rows(many), EPHEMERAL_DEFAULT).listening
     assert ports == tuple(range(1001, 1001 + kindfacts.MAX_PORTS))
-    assert udp_wildcard(set(range(1, 200)), parse_tcp_rows(many), (1000, 2000)) == ports
+    assert udp_sockets(set(range(1, 200)), parse_tcp_rows(many), (1000, 2000)).wildcard == ports
 
 
 @pytest.mark.parametrize("text, expected", [
