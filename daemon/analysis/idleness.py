@@ -76,6 +76,18 @@ class History:
     resumed_at: float | None = None
 
 
+def near_start(history: History, ts: float, interval_s: float) -> bool:
+    """Whether `ts` is at the look-back window's start, within a bucket (or two ticks)."""
+    return ts - history.since <= max(history.width_s, 2 * interval_s)
+
+
+def recorded_from_start(history: History, interval_s: float) -> bool:
+    """Whether the history's first tick is at the look-back window's start: the store may hold
+    more before it (the daemon was recording then)."""
+    return history.first_tick is not None and near_start(history, history.first_tick,
+                                                         interval_s)
+
+
 def hole_s(interval_s: float) -> float:
     """The longest time between two ticks that is no hole in the recording (a tick or two
     late on a loaded host is none; the daemon stopped or stalled is one)."""
@@ -306,9 +318,7 @@ def answer(now: Mapping[str, Any], history: History | None, *, for_s: float,
                 "reason": f"idle now, but only for {int(idle_for)} s of the asked "
                           f"{for_s:.0f} s: a GPU was busy until then",
                 "basis": MEASURED, "confidence": KERNELS_CONFIDENCE}
-    # the history's first tick at the look-back's start: the store may hold more before it
-    reached = (history.first_tick is not None
-               and history.first_tick - history.since <= max(history.width_s, 2 * interval_s))
+    reached = recorded_from_start(history, interval_s)
     held = (f"at least {idle_for:.0f} s (since the recording resumed after a hole)" if resumed
             else f"at least {idle_for:.0f} s (as far back as it looks: "
                  f"{(history.until - history.since) / 3600:.3g} h)" if from_start and reached

@@ -91,11 +91,10 @@ def reaches_look_back_start(result: dict[str, Any], history: idleness.History,
                             interval_s: float) -> bool:
     """Whether the answer's stretch (idle or active) begins where the look-back window does,
     with the store recording then: it may begin further back."""
-    since, first = result.get("since"), history.first_tick
-    if not result.get("since_is_history_start") or since is None or first is None:
-        return False
-    near = max(history.width_s, 2 * interval_s)
-    return since - history.since <= near and first - history.since <= near
+    since = result.get("since")
+    return (bool(result.get("since_is_history_start")) and isinstance(since, int | float)
+            and idleness.near_start(history, since, interval_s)
+            and idleness.recorded_from_start(history, interval_s))
 
 
 async def idle_answer(daemon: Any, for_s: float) -> dict[str, Any]:
