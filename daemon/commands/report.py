@@ -746,7 +746,8 @@ def render_watch(report: dict[str, Any], width: int | None = None) -> str:
                + (f", up to ${savings:,.0f}/month combined" if savings else ""))
     for rec in recommendations[:WATCH_RECOMMENDATIONS]:  # a line each in a terminal
         alone = rec.get("combined_savings_per_month") or rec.get("savings_per_month")
-        head = f"  [{f'${alone:,.0f}/month' if alone else 'no $ figure'}] "
+        head = f"  [{f'${alone:,.0f}/month' if alone else 'no $ figure'}" + (
+            ", resolved] " if rec.get("status") == "resolved" else "] ")
         said = one_line(str(rec.get("headline") or rec.get("summary") or rec.get("id")))
         out.append(head + (crop(said, max(width - len(head), 20)) if width else said))
     if len(recommendations) > WATCH_RECOMMENDATIONS:
@@ -1065,13 +1066,19 @@ def _recommendations_review(recommendations: list[dict[str, Any]],
                             gpus: list[dict[str, Any]]) -> dict[str, Any]:
     """`recommendations` (each with its combined share) and `savings` (the one potential
     figure, never more than the host's monthly bill): the listed ones combined in the stated
-    order, as the daemon and mlcost-top combine them (daemon.analysis.rules.combine)."""
+    order, as the daemon and mlcost-top combine them (daemon.analysis.rules.combine). One
+    resolved by the range's end (`_with_resolutions`) is listed with its own figure but not
+    combined: there is nothing left to save by it (`savings["resolved"]` counts them)."""
     per_hour = (price or {}).get("per_hour")
+    still = [r for r in recommendations if r.get("status") != "resolved"]
     recs, savings = savings_document(
-        recommendations, per_hour if isinstance(per_hour, int | float) else None,
+        still, per_hour if isinstance(per_hour, int | float) else None,
         [int(g["index"]) for g in gpus if isinstance(g.get("index"), int)])
     recs.sort(key=lambda r: -(r.get("combined_savings_per_month") or 0.0))
-    return {"recommendations": recs, "savings": savings}
+    resolved = [dict(r, combined_savings_per_month=None, savings_order=None)
+                for r in recommendations if r.get("status") == "resolved"]
+    savings["resolved"] = len(resolved)
+    return {"recommendations": recs + resolved, "savings": savings}
 
 
 def _with_resolutions(reader: StoreReader, recommendations: list[dict[str, Any]],
@@ -1131,11 +1138,15 @@ def _render_recommendations(recommendations: list[dict[str, Any]],
                    f"(the host's bill: ${savings['bill_per_month']:,.0f}/month; on their own "
                    f"they would claim ${savings['standalone_sum_per_month']:,.0f})")
         out.append(f"  order: {savings['order']}")
+    if savings and savings.get("resolved"):
+        out.append(f"  not counted: {savings['resolved']} resolved by the range's end")
     for rec in recommendations:
         alone = rec.get("savings_per_month")
         combined = rec.get("combined_savings_per_month")
         if not alone:
             money = "no $ figure"
+        elif rec.get("status") == "resolved":
+            money = f"${alone:,.0f}/month while it lasted, not counted"
         elif combined is None:
             money = f"${alone:,.0f}/month"
         else:

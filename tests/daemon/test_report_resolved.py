@@ -7,7 +7,12 @@ withdrawn. Other advice keeps its action. A real store, written as the daemon wr
 from __future__ import annotations
 
 from daemon.analysis.book import RESOLVED
-from daemon.commands.report import _evidence_note, _with_resolutions
+from daemon.commands.report import (
+    _evidence_note,
+    _recommendations_review,
+    _render_recommendations,
+    _with_resolutions,
+)
 from daemon.store import facts, queries
 from daemon.store.reader import StoreReader
 from tests.daemon.scripted import T0, recording_daemon
@@ -27,7 +32,9 @@ def notice(rec: dict, at: float) -> dict:
             "detail": "resolved: test"}
 
 
-def test_a_resolved_sigterm_is_reported_resolved_with_its_kill_withdrawn(tmp_path):
+def reported(tmp_path) -> dict[str, dict]:
+    """k1 and p1 resolved by the range's end (T0 + 20), k2 seen again after its notice, k3
+    resolved after the range: the recommendations as the report reads them."""
     daemon = recording_daemon(tmp_path, 5.0, ticks=3)
     store = daemon.store
     assert store is not None
@@ -42,10 +49,14 @@ def test_a_resolved_sigterm_is_reported_resolved_with_its_kill_withdrawn(tmp_pat
     store.close()
     reader = StoreReader(str(tmp_path / "mlcost.db"))
     try:
-        found = {r["id"]: r for r in _with_resolutions(
+        return {r["id"]: r for r in _with_resolutions(
             reader, queries.recommendations(reader, T0), T0 + 20)}
     finally:
         reader.close()
+
+
+def test_a_resolved_sigterm_is_reported_resolved_with_its_kill_withdrawn(tmp_path):
+    found = reported(tmp_path)
     assert found["k1"]["status"] == "resolved"
     assert abs(found["k1"]["resolved_at"] - (T0 + 15)) < 0.01  # (the store keeps ms)
     assert found["k1"]["action"]["kind"] == "advice", found["k1"]["action"]
@@ -56,3 +67,22 @@ def test_a_resolved_sigterm_is_reported_resolved_with_its_kill_withdrawn(tmp_pat
             "sigterm", found[rec_id]
     assert found["p1"]["status"] == "resolved" and found["p1"]["action"]["kind"] == \
         "copy_commands"
+
+
+def test_resolved_advice_is_listed_but_not_counted_in_the_potential_savings(tmp_path):
+    """The potential savings is what is left to save: a recommendation resolved by the range's
+    end has nothing left, so only k2 and k3 ($500 each, both on host-wide targets of their own)
+    are combined; k1 and p1 are listed after them with their own figure, marked."""
+    found = reported(tmp_path)
+    price = {"per_hour": 32.0}
+    review = _recommendations_review(list(found.values()), price, [{"index": 0}])
+    savings = review["savings"]
+    assert savings["resolved"] == 2
+    assert savings["standalone_sum_per_month"] == 1000.0, savings
+    assert 0 < savings["potential_per_month"] <= 1000.0, savings
+    listed = [r["id"] for r in review["recommendations"]]
+    assert sorted(listed[:2]) == ["k2", "k3"] and sorted(listed[2:]) == ["k1", "p1"], listed
+    assert all(r["combined_savings_per_month"] is None for r in review["recommendations"][2:])
+    text = "\n".join(_render_recommendations(review["recommendations"], savings))
+    assert "not counted: 2 resolved by the range's end" in text, text
+    assert text.count("while it lasted, not counted") == 2, text
