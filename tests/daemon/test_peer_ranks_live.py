@@ -156,6 +156,7 @@ def test_a_rank_waiting_in_a_hand_written_allreduce_waits_for_its_peer_not_for_j
     for rec in state["recs"][1]:  # (communication_bound may speak: it waits in comm)
         said = json.dumps([rec.summary, rec.headline, rec.action])
         assert "queue's depth" not in said and "to zero" not in said, said
+        assert "DDP(" not in said, said  # its exchange is its own, not DDP's buckets
     assert not any("waits for its next job" in e for e in state["procs"][1]["kind_evidence"])
     [straggler] = [r for r in state["recs"][0] if r.rule == "straggler"]
     assert straggler.evidence["straggler"]["phase"] == "host_preprocess", straggler.evidence

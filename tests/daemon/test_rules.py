@@ -181,6 +181,25 @@ def test_phase_rules_at_threshold(phase, rule, threshold):
     assert by_rule(recs(s, phases_for(s, **{phase: threshold - 0.001})), rule) == []
 
 
+def test_a_rank_waiting_for_its_own_peer_is_told_to_find_the_slow_peer_not_to_bucket_ddp():
+    """A rank of a hand-written all-reduce waits on a socket for a sibling rank (comm, the
+    reason phases._waits_for_peer writes): DDP's buckets and NCCL's transport are not its
+    knobs; its wait is its slowest peer's work (probe 143 F2's rank got the DDP patch). A
+    library collective keeps the DDP patch."""
+    s = window()
+    peer = phases_for(s, comm=0.4)
+    peer[pid_id(s)]["comm"]["top_stacks"][0]["reason"] = (
+        "waiting for a peer of its own job on a socket (recv): its TCP connections all go to "
+        "its own job's GPU processes")
+    [rec] = by_rule(recs(s, peer), "communication_bound")
+    assert "DDP(" not in rec.action["patch"] and "straggler" in rec.action["patch"], rec.action
+    assert "/srv/train.py:88" in rec.action["patch"]
+    assert rec.headline.startswith("find the slow peer"), rec.headline
+    [library] = by_rule(recs(s, phases_for(s, comm=0.4)), "communication_bound")
+    assert "DDP(model, bucket_cap_mb" in library.action["patch"], library.action
+    assert library.headline.startswith("overlap and bucket collectives"), library.headline
+
+
 def test_a_phase_rule_wants_more_than_one_stack_sample():
     """One stray sample of data wait over the 5% line (a fixed loop read ~16 times) is an
     anecdote, not a starved loader; two samples are a finding."""

@@ -41,6 +41,7 @@ from daemon.analysis.rules.thresholds import (
 )
 from daemon.analysis.rules.window import Analysis, ProcessWindow
 from daemon.analysis.stack_rules import (
+    PEER_WAIT,
     PYTHON_ON_CPU,
     WORKER_PROCESSES_FEED_IT,
     WORKS_ON_INPUT,
@@ -353,8 +354,35 @@ def _sync_patch(proc: ProcessWindow, a: Analysis, where: str,
             "+    log(total_loss.item() / log_every)  # one sync per log_every steps\n")
 
 
+def _waits_for_peers(stacks: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether most of the comm time's samples wait on a socket for a peer of the process's own
+    job (phases._waits_for_peer: a hand-written exchange between ranks), not in a library's
+    collective (NCCL, gloo, MPI), where DDP's buckets and NCCL's transport are the knobs."""
+    said, total = _samples_saying(stacks, PEER_WAIT)
+    return total > 0 and 2 * said > total
+
+
+def _comm_headline(stacks: Sequence[Mapping[str, Any]]) -> str:
+    return ("find the slow peer, then overlap the exchange" if _waits_for_peers(stacks)
+            else "overlap and bucket collectives")
+
+
 def _comm_patch(proc: ProcessWindow, a: Analysis, where: str,
                 stacks: Sequence[Mapping[str, Any]]) -> str:
+    if _waits_for_peers(stacks):
+        return (f"# {where}: this rank waits on a socket for a peer of its own job (an "
+                "exchange of its own, not a library's collective).\n"
+                "# Its wait is its slowest peer's work: find that rank first (the job's "
+                "`straggler`\n# recommendation names it and its line; or `py-spy dump --pid "
+                "PEER`), and make it faster.\n"
+                "# Then overlap the exchange with compute, e.g. on a thread:\n"
+                "+exchange = threading.Thread(target=exchange_grads, args=(grads,))\n"
+                "+exchange.start()\n"
+                "+...  # the next micro-batch's forward and backward\n"
+                "+exchange.join()\n"
+                "# or use torch.distributed's collectives (NCCL over NVLink/EFA), which can "
+                "overlap:\n"
+                "+work = dist.all_reduce(grads, async_op=True)  # ...; work.wait()\n")
     return (f"# {where}: collectives (all-reduce/all-gather) block compute.\n"
             "# Overlap and batch communication:\n"
             "+model = DDP(model, bucket_cap_mb=100, gradient_as_bucket_view=True)\n"
@@ -441,5 +469,4 @@ COMMUNICATION_BOUND = Rule(
     "communication_bound", "comm share of the window", f"> {COMM_SHARE:.0%}",
     "phase share, collective top stacks", "overlap / bucket communication",
     f"process burn x share x {HOURS_PER_MONTH:g} h",
-    _phase_rule(COMM, COMM_SHARE, _comm_patch, "communication",
-                "overlap and bucket collectives"))
+    _phase_rule(COMM, COMM_SHARE, _comm_patch, "communication", _comm_headline))
