@@ -74,7 +74,8 @@ class _View:
     # whatever its time, without a push and a pop through `due` (a young process's balance
     # moves past its drift every tick: all of them, while the daemon is young)
     next_call: list[ProcessId] = field(default_factory=list)
-    kept_until: dict[ProcessId, float] = field(default_factory=dict)  # its latest in `due`
+    # its latest time in `due` (or in `next_call`, where it is looked at whatever the time)
+    kept_until: dict[ProcessId, float] = field(default_factory=dict)
     last_order: int = 0  # the latest-kept process listed
 
 
