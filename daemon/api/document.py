@@ -248,7 +248,7 @@ def _inference(kind: Mapping[str, Any] | None, burn_per_hour: float | None
     return with_savings(audit, burn_per_hour) if audit is not None else None
 
 
-def _same_phase_fields(before: Mapping[str, Mapping[str, Any]] | None,
+def same_phase_fields(before: Mapping[str, Mapping[str, Any]] | None,
                       now: Mapping[str, Mapping[str, Any]] | None) -> bool:
     """Whether two balances give the same phase fields (`_phase_fields`), where that is cheap
     to tell: each all one phase (a share of 1.0) with no stack sampled, of the same phase and
@@ -353,7 +353,7 @@ class ProcessEntries:
         # a balance is rebuilt (a new object) when it changed: the same object is the same
         elif kept.phase_inputs[0] is not balance or kept.phase_inputs[1] is not stack_status:
             before, kept.phase_inputs = kept.phase_inputs, (balance, stack_status)
-            if before[1] is not stack_status or not _same_phase_fields(before[0], balance):
+            if before[1] is not stack_status or not same_phase_fields(before[0], balance):
                 _put_phase_fields(kept.template, balance, stack_status)
         entry = kept.template.copy()
         _put_tick_fields(entry, proc, cost)

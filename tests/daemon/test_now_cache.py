@@ -224,7 +224,7 @@ def test_kept_entry_parts_give_the_entries_process_entry_builds():
 
 def test_a_new_balance_with_the_same_phase_fields_keeps_them_and_any_change_shows():
     # A process whose balance is all one phase with no stack gets a new balance each tick (its
-    # seconds grow) whose fields stay: they are kept (_same_phase_fields), and every change
+    # seconds grow) whose fields stay: they are kept (same_phase_fields), and every change
     # they can see shows (known after PHASE_KNOWN_AFTER_S, another phase, a confidence, a
     # share below 1, a stack, the stack status), as process_entry builds it.
     from daemon.analysis.cost_state import ProcessCost
