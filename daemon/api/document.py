@@ -248,29 +248,6 @@ def _inference(kind: Mapping[str, Any] | None, burn_per_hour: float | None
     return with_savings(audit, burn_per_hour) if audit is not None else None
 
 
-def same_phase_fields(before: Mapping[str, Mapping[str, Any]] | None,
-                      now: Mapping[str, Mapping[str, Any]] | None) -> bool:
-    """Whether two balances give the same phase fields (`_phase_fields`), where that is cheap
-    to tell: each all one phase (a share of 1.0) with no stack sampled, of the same phase and
-    confidence, both watched PHASE_KNOWN_AFTER_S or both not. A process that held its GPU (or
-    not) all the time and had no stack sampled gets a new balance each time its seconds moved
-    past the live view's drift (each tick while it is young), with the same fields. False
-    where it is not that case: the fields are then worked out again."""
-    if not before or not now or len(before) != 1 or len(now) != 1:
-        return False
-    ((phase, part),) = now.items()
-    was = before.get(phase)
-    if was is None or part.get("top_stacks") or was.get("top_stacks"):
-        return False
-    share, was_share = part["share"], was["share"]
-    if type(share) is not float or type(was_share) is not float or not (
-            share == was_share == 1.0):
-        return False
-    known = float(part.get("seconds") or 0.0) >= PHASE_KNOWN_AFTER_S
-    was_known = float(was.get("seconds") or 0.0) >= PHASE_KNOWN_AFTER_S
-    return known == was_known and part.get("confidence") == was.get("confidence")
-
-
 def _put_phase_fields(entry: dict[str, Any], balance: Mapping[str, Mapping[str, Any]] | None,
                       stack_status: Mapping[str, Any] | None) -> None:
     """Its phase fields, written into `entry`."""
@@ -352,9 +329,8 @@ class ProcessEntries:
                 _entry(proc, cost, balance, stack_status, kind))
         # a balance is rebuilt (a new object) when it changed: the same object is the same
         elif kept.phase_inputs[0] is not balance or kept.phase_inputs[1] is not stack_status:
-            before, kept.phase_inputs = kept.phase_inputs, (balance, stack_status)
-            if before[1] is not stack_status or not same_phase_fields(before[0], balance):
-                _put_phase_fields(kept.template, balance, stack_status)
+            kept.phase_inputs = (balance, stack_status)
+            _put_phase_fields(kept.template, balance, stack_status)
         entry = kept.template.copy()
         _put_tick_fields(entry, proc, cost)
         entry["inference"] = _inference(kind, entry["burn_per_hour"])

@@ -222,52 +222,6 @@ def test_kept_entry_parts_give_the_entries_process_entry_builds():
     assert entries.entry(proc, cost, balance, status, kind) == built
 
 
-def test_a_new_balance_with_the_same_phase_fields_keeps_them_and_any_change_shows():
-    # A process whose balance is all one phase with no stack gets a new balance each tick (its
-    # seconds grow) whose fields stay: they are kept (same_phase_fields), and every change
-    # they can see shows (known after PHASE_KNOWN_AFTER_S, another phase, a confidence, a
-    # share below 1, a stack, the stack status), as process_entry builds it.
-    from daemon.analysis.cost_state import ProcessCost
-    from daemon.analysis.derive import TickModel
-    from daemon.api.document import PHASE_KNOWN_AFTER_S, ProcessEntries, process_entry
-
-    def one(phase: str, seconds: float, share: float = 1.0, confidence: str = "high",
-            stacks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        return {phase: {"seconds": seconds, "share": share, "top_stacks": stacks or [],
-                        "confidence": confidence}}
-
-    t0 = time.time() - 60
-    steps: list[tuple[dict[str, Any], dict[str, Any] | None]] = [
-        (one("compute", PHASE_KNOWN_AFTER_S - 2), None),
-        (one("compute", PHASE_KNOWN_AFTER_S - 1), None),  # not known yet, still
-        (one("compute", PHASE_KNOWN_AFTER_S), None),  # known now
-        (one("compute", PHASE_KNOWN_AFTER_S + 1), None),
-        (one("unknown", PHASE_KNOWN_AFTER_S + 2), None),  # another phase
-        (one("unknown", PHASE_KNOWN_AFTER_S + 3, confidence="low"), None),
-        (one("unknown", PHASE_KNOWN_AFTER_S + 4, share=0.5), None),
-        (one("unknown", PHASE_KNOWN_AFTER_S + 5), None),
-        (one("unknown", PHASE_KNOWN_AFTER_S + 6, stacks=[{"reason": "reads"}]), None),
-        (one("unknown", PHASE_KNOWN_AFTER_S + 7), None),
-        (one("unknown", PHASE_KNOWN_AFTER_S + 8), {"status": NOT_PYTHON, "error": None}),
-        (one("unknown", PHASE_KNOWN_AFTER_S + 9), None),
-    ]
-    entries = ProcessEntries()
-    shown = []
-    for i, (balance, status) in enumerate(steps, start=2):
-        model = TickModel.from_samples(sample(i, t0=t0), sample(i - 1, t0=t0), {})
-        (proc,) = model.processes
-        cost = ProcessCost(1.5, 0.1 * i, None, None)
-        kept = entries.entry(proc, cost, balance, status, None)
-        built = process_entry(proc, cost, balance, status, None)
-        assert kept == built and json.dumps(kept) == json.dumps(built), i
-        shown.append((kept["phase"], kept["phase_confidence"], kept["phases"],
-                      kept["phase_reasons"], kept["stack_status"]))
-    assert shown[1][0] is None and shown[2][0] == "compute" and shown[4][0] == "unknown"
-    assert shown[5][1] == "low" and shown[6][2] == {"unknown": 0.5}
-    assert shown[8][3] == {"unknown": "reads"} and shown[9][3] == {"unknown": None}
-    assert shown[10][4] == NOT_PYTHON and shown[11][4] is None
-
-
 def test_the_body_is_the_documents_json_whatever_its_keys():
     # NowCache.body encodes as though every key is a string (the document is built so), and
     # encodes again, keys made strings as json.dumps makes them, where one is not
