@@ -8,7 +8,9 @@ after each, as a connected client asks: `Daemon.now()` (the document; bench/coll
 this as its API part), the response body /v1/now sends (`Daemon.now_body()` where the daemon
 has one, else json.dumps of the document), and a second client's /v1/now in the same tick.
 CPU time of this thread, medians over the measured ticks (the first 10 are skipped).
-usage: python bench/now.py [--procs 64,256] [--ticks 40] [--profile FILE]
+`--busy`: every process's GPU busy the whole time instead (no window, no stack sampled: each
+balance all compute), the case most processes are in most of the time.
+usage: python bench/now.py [--procs 64,256] [--ticks 40] [--busy] [--profile FILE]
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ REASON = ("from /proc, no stacks: waiting (hrtimer_nanosleep), no CPU and no I/O
           "idle")
 
 
-def sample(tick: int, t0: float, processes: int) -> Sample:
+def sample(tick: int, t0: float, processes: int, busy: bool = False) -> Sample:
     gpus = tuple(GpuSample(i, f"GPU-{i:08d}-bench", "NVIDIA A100-SXM4-40GB",
                            utilization=float(20 + (tick + i) % 40),
                            memory_used_bytes=20 << 30, memory_total_bytes=40 << 30,
@@ -55,14 +57,14 @@ def sample(tick: int, t0: float, processes: int) -> Sample:
                  for i in range(GPUS))
     procs = tuple(ProcessSample(
         20_000 + p, t0 - 5 + p / 1000, 1, "root", f"python train.py --rank {p}",
-        gpus=(GpuUse(p % GPUS, 2 << 30, 30.0 if (tick + p) % 3 else 0.0),),
+        gpus=(GpuUse(p % GPUS, 2 << 30, 90.0 if busy else 30.0 if (tick + p) % 3 else 0.0),),
         cpu_seconds=0.01 * tick * (p % 5), rss_bytes=(12 << 20) + p, read_bytes=4096 * tick,
         write_bytes=0, iowait_seconds=0.0, state="S", threads=1)
         for p in range(processes))
     return Sample(ts=t0 + tick, tick=tick, gpus=gpus, processes=procs)
 
 
-def scripted_daemon(folder: Path, processes: int) -> tuple[Daemon, Any]:
+def scripted_daemon(folder: Path, processes: int, busy: bool = False) -> tuple[Daemon, Any]:
     config = config_module.from_dict({"daemon": {"db": str(folder / "mlcost.db")},
                                       "attribution": {"stacks": False}}, where="bench")
     daemon = Daemon(config)
@@ -73,34 +75,38 @@ def scripted_daemon(folder: Path, processes: int) -> tuple[Daemon, Any]:
     daemon.attribution = Attribution(config.attribution, daemon.store, interval_s=1.0)
     t0 = time.time()
     ticks = iter(range(1, 1 << 30))
-    daemon.collect = lambda: sample(next(ticks), t0, processes)  # type: ignore[method-assign]
+    daemon.collect = lambda: sample(  # type: ignore[method-assign]
+        next(ticks), t0, processes, busy)
     return daemon, t0
 
 
-def feed(daemon: Daemon, processes: int, tick: int) -> None:
+def feed(daemon: Daemon, processes: int, tick: int, busy: bool = False) -> None:
     """What attribution's /proc sampling adds in a tick: a window per process (once), and 8
-    classified samples a second over all of them (round robin)."""
+    classified samples a second over all of them (round robin); `busy`: none (a kind each)."""
     assert daemon.attribution is not None and daemon.last_sample is not None
     live, ts = daemon.attribution.phases, daemon.last_sample.ts
     procs = daemon.last_sample.processes
     if tick == 1:
-        for proc in procs:
+        for proc in procs if not busy else ():
             live.window_opened(proc.key, ts)
         daemon.kinds._documents = {process_key(*p.key): dict(KIND) for p in procs}
+    if busy:
+        return
     for n in range(8):
         proc = procs[(tick * 8 + n) % processes]
         live.add_stack(proc.key, ts, proc.pid, "82ad380341d6863cc38d062881b8882e",
                        [("kernel wait hrtimer_nanosleep", "<proc>", 0)], "idle", 0.0, REASON)
 
 
-def run(processes: int, ticks: int, profile: cProfile.Profile | None) -> dict[str, float]:
+def run(processes: int, ticks: int, profile: cProfile.Profile | None,
+        busy: bool = False) -> dict[str, float]:
     build, body, again = [], [], []
     with tempfile.TemporaryDirectory() as folder:
-        daemon, _ = scripted_daemon(Path(folder), processes)
+        daemon, _ = scripted_daemon(Path(folder), processes, busy)
         now_body = getattr(daemon, "now_body", None)
         for tick in range(1, ticks + 1):
             daemon.tick_now()
-            feed(daemon, processes, tick)
+            feed(daemon, processes, tick, busy)
             if profile is not None and tick > 10:
                 profile.enable()
             began = time.thread_time()
@@ -130,11 +136,13 @@ def main() -> int:
     parser.add_argument("--procs", default="64,256", help="process counts, comma-separated")
     parser.add_argument("--ticks", type=int, default=40)
     parser.add_argument("--profile", help="write a cProfile of the measured calls here")
+    parser.add_argument("--busy", action="store_true",
+                        help="every GPU busy: no window, no stack sampled")
     args = parser.parse_args()
     profile = cProfile.Profile(time.thread_time) if args.profile else None
     print(f"load average {os.getloadavg()[0]:.1f}")
     for processes in (int(n) for n in args.procs.split(",")):
-        row = run(processes, args.ticks, profile)
+        row = run(processes, args.ticks, profile, args.busy)
         print(f"{GPUS} x {processes}: Daemon.now() {row['now_ms']:.2f} ms (the bench's API "
               f"part), its body {row['body_ms']:.2f} ms ({row['bytes'] / 1024:.0f} KiB), "
               f"a second client in the same tick {row['second_client_ms']:.2f} ms; "

@@ -70,7 +70,12 @@ class _View:
     until: float
     shown: dict[ProcessId, dict[str, Any]] = field(default_factory=dict)
     due: list[tuple[float, int, ProcessId]] = field(default_factory=list)  # a heap
-    kept_until: dict[ProcessId, float] = field(default_factory=dict)  # its latest in `due`
+    # those whose kept balance may run out before the next tick: looked at in the next call
+    # whatever its time, without a push and a pop through `due` (a young process's balance
+    # moves past its drift every tick: all of them, while the daemon is young)
+    next_call: list[ProcessId] = field(default_factory=list)
+    # its latest time in `due` (or in `next_call`, where it is looked at whatever the time)
+    kept_until: dict[ProcessId, float] = field(default_factory=dict)
     last_order: int = 0  # the latest-kept process listed
 
 
@@ -242,6 +247,8 @@ class LivePhases:
             view.until = until
             due = view.due
             look_at = self._dirty
+            look_at.update(view.next_call)  # (looking at one early gives what it was given)
+            view.next_call = []
             kept_until = view.kept_until
             while due and due[0][0] < until:
                 at, _, key = heapq.heappop(due)
@@ -249,6 +256,7 @@ class LivePhases:
                     look_at.add(key)
             self._dirty = set()
         shown, due, kept_until = view.shown, view.due, view.kept_until
+        next_call, next_tick = view.next_call, until + self.interval_s
         processes = self._processes
         heappush = heapq.heappush
         reorder = False
@@ -269,7 +277,10 @@ class LivePhases:
             if kept.order > view.last_order:
                 view.last_order = kept.order
             kept_until[key] = keep_until
-            heappush(due, (keep_until, kept.order, key))
+            if keep_until < next_tick:
+                next_call.append(key)
+            else:
+                heappush(due, (keep_until, kept.order, key))
         if reorder:  # listed in the order the processes were first kept, as a walk lists them
             view.shown = {key: shown[key] for key in processes if key in shown}
         if len(due) > 2 * len(kept_until) + 64:  # entries that later looks replaced
