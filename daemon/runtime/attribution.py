@@ -678,7 +678,7 @@ class Attribution:
                 turns[proc.key] = dumped_before  # not dumped: its turn stays
             rows = self._rows(proc, result, share, rights,
                               busy_elsewhere=share >= self.config.high_sm_share,
-                              in_band=in_band)
+                              in_band=in_band, gpu_works=share >= self.config.low_sm_share)
             if rows and result.ok:
                 if waits_on_data_queue(result.threads):
                     for worker in self._children.get(proc.pid, [])[:4]:
@@ -789,7 +789,11 @@ class Attribution:
 
     def _rows(self, proc: ProcessSample, result: DumpResult, share: float,
               rights: Credentials | None, *, busy_elsewhere: bool,
-              in_band: bool = False, of_job: ProcessSample | None = None) -> list[StackRow]:
+              in_band: bool = False, gpu_works: bool = False,
+              of_job: ProcessSample | None = None) -> list[StackRow]:
+        """The stack row of a dump of `proc` (none where there is nothing to classify).
+        `gpu_works`: its SM share was at or above low_sm_share at the dump's tick (in the
+        middle band, or in a window's hysteresis, under high_sm_share)."""
         if result.status != RATE_LIMITED:
             self.status_by_key[process_key(proc.pid, proc.start_time)] = {
                 "status": result.status, "error": result.error, "ts": result.ts}
@@ -836,12 +840,17 @@ class Attribution:
                            proc_state=signals.state,
                            iowait_growing=signals.iowait_growing, repeated_leaf=repeated,
                            source_line=source_reader(proc.pid, rights), signals=host)
-        if in_band and verdict.phase == IDLE:
+        if (in_band or gpu_works) and verdict.phase == IDLE:
             # In the middle band its GPU works a third of the time or more: a main thread that
             # waits waits on that work (a kernel, a thread, a peer), and no idle rule may come
-            # of it (a job that sleeps between kernels is throttled, not idle).
+            # of it (a job that sleeps between kernels is throttled, not idle). So in a window
+            # that a dip opened and that lasts while its share stays under high_sm_share: at
+            # or above low_sm_share its GPU works as much (a server answering 10 requests a
+            # second, back at 35% after one tick under 30%, read idle .64 in its select).
+            where = ("in the middle band" if in_band else
+                     "a window, its SM share back at or above low_sm_share")
             verdict = replace(verdict, phase=COMPUTE, reason=(
-                f"waits while its GPU works (in the middle band): {verdict.reason}"))
+                f"waits while its GPU works ({where}): {verdict.reason}"))
         elif in_band and verdict.phase == SYNC:
             # A sync there (`.item()`/`.cpu()` on the user's line, or the same line repeating
             # while the host waits) waits on its own GPU's work: the step's compute. The GPU

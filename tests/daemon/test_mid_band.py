@@ -182,3 +182,50 @@ def test_the_bands_weighing_leaves_a_busy_gpus_cpu_as_it_is():
     assert abs(_weighed_in_band(dataclasses.replace(TOKENIZING, main_thread_cpu=0.47,
                                                     main_thread_queued=0.0, gpu_utilization=0.52),
                                 49.0).main_thread_cpu - 0.47 / 0.48) < 1e-9
+
+
+def test_a_wait_in_a_windows_hysteresis_is_compute_never_idle(tmp_path):
+    """A server at 35% SM that dipped under low_sm_share for a few ticks: the window stays
+    open while its share is under high_sm_share (40%), and its dumps there found its main
+    thread waiting: `idle` while it was at 10%, compute once back at 35%, where its GPU works a
+    third of the time as in the middle band (a server answering 10 requests a second read idle
+    .64: probe 144, F6)."""
+    store = Store(tmp_path / "mlcost.db")
+    config = AttributionConfig(min_window=0.5, dump_interval=2.0, dumps_per_second=2.0)
+    gpus = (GpuSample(0, "u0", "A100-SXM4-40GB", "ok", 35.0, None, 40 << 30, 40 << 30),)
+
+    def server(share: float) -> ProcessSample:
+        return ProcessSample(70_002, 1000.0, 1, "ann", "python serve.py",
+                             (GpuUse(0, 1 << 30, share),))
+
+    sampler = WaitingSampler(config.dump_interval)
+    attribution = Attribution(config, store, sampler, interval_s=1.0)  # type: ignore[arg-type]
+    start = 4000.0
+    shares = [10.0] * 4 + [35.0] * 12
+
+    async def run() -> None:
+        for tick, share in enumerate(shares):
+            sampler.next_tick(start + tick)
+            attribution.on_tick(Sample(start + tick, tick, gpus=gpus,
+                                       processes=(server(share),)))
+            await attribution.dumps_finished()
+        await attribution.stop()
+
+    try:
+        asyncio.run(run())
+    finally:
+        store.close()
+    reader = StoreReader(str(tmp_path / "mlcost.db"))
+    try:
+        events = queries.events(reader, 0, 1e12)
+    finally:
+        reader.close()
+    [window] = [e for e in events if e["kind"] == LOW_UTILIZATION]
+    assert window["ended_at"] is None, window  # (still open: under high_sm_share)
+    samples = [(s.ts, s.phase, s.reason) for proc in attribution.phases._processes.values()
+               for s in proc.samples]
+    dipped = {phase for ts, phase, _ in samples if ts < start + 4}
+    back = [(phase, reason) for ts, phase, reason in samples if ts >= start + 4]
+    assert dipped == {"idle"}, samples
+    assert back and {phase for phase, _ in back} == {"compute"}, samples
+    assert all("low_sm_share" in reason for _, reason in back), back
