@@ -72,9 +72,9 @@ def cpu_demand(on_cpu_s: float, queued_s: float, wall_s: float) -> float | None:
     return min(max(on_cpu_s, 0.0) / own, 1.0)
 
 
-# The GPU quiet at least this share of the time its main thread neither ran nor slept (see
-# gpu_quiet_share): under it, the GPU worked nearly all the time the thread was not waiting for
-# a core, and the thread's CPU ran beside the GPU's work, not while the GPU waited for it.
+# The GPU quiet at least this share of its main thread's own time (the time it ran or slept,
+# not waiting for a core: gpu_quiet_share): under it, the GPU worked nearly all of that time,
+# and the thread's CPU ran beside the GPU's work, not while the GPU waited for it.
 GPU_QUIET_MIN = 0.1
 
 
@@ -85,10 +85,10 @@ def gpu_quiet_share(gpu_utilization: float, main_thread_queued: float | None) ->
     waited for a core, over the thread's own time. A loop that computes on the host between
     kernels waits for a core while its GPU is quiet (the GPU waits for the batch that thread
     makes), so that time is left out of both sides, as the demand leaves it out of the
-    thread's: 25 ms of tokenizing a 60-ms step at load ~5 on 2 cores took 45 ms of wall time,
-    20 of them queued, and the thread's demand (25 / 85) is the GPU's quiet share of its own
-    time (25 / 85) whatever the load, where against the wall time the GPU was quiet (45 / 105)
-    it read half of it. None where the GPU was quiet under GPU_QUIET_MIN of that time."""
+    thread's: 25 ms of tokenizing before a 60-ms step, on a loaded host 45 ms of wall time
+    with 20 of them queued, is a demand of 25 / 85, the GPU's quiet share of the thread's own
+    time (25 / 85) whatever the load, where the wall time the GPU was quiet (45 / 105) grows
+    with the load. None where the GPU was quiet under GPU_QUIET_MIN of that time."""
     queued = min(max(main_thread_queued or 0.0, 0.0), 1.0)
     if queued >= 1.0:
         return None

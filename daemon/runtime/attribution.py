@@ -164,8 +164,9 @@ def _weighed_in_band(host: HostSignals, share: float) -> HostSignals:
     all of it. 45 ms of hashing per 50-ms kernel is on a CPU ~48% of the time, all of the time
     its GPU waits. The main thread's demand (its run-queue wait left out) is weighed against
     the GPU's quiet share of the same time (gpu_quiet_share, from the GPU's utilization over
-    the signals' seconds): against the wall time the GPU was quiet, the load that slows a
-    tokenizing loop read its demand as half of it (probe 144, F3). The process's CPU (a share
+    the signals' seconds), which leaves out the same queued time: against the wall time the
+    GPU was quiet, which holds it, a tokenizing loop whose main thread queued a third of the
+    time read 0.496, under ON_CPU_MIN (probe 144, F3). The process's CPU (a share
     of the wall time) is weighed against the wall time the GPU was quiet. Where the GPU was
     quiet too little of that time (GPU_QUIET_MIN: the CPU ran beside the GPU's work) a share
     stands as it is; without the utilization the SM share stands for it, as before."""
