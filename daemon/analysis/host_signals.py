@@ -72,6 +72,30 @@ def cpu_demand(on_cpu_s: float, queued_s: float, wall_s: float) -> float | None:
     return min(max(on_cpu_s, 0.0) / own, 1.0)
 
 
+# The GPU quiet at least this share of its main thread's own time (the time it ran or slept,
+# not waiting for a core: gpu_quiet_share): under it, the GPU worked nearly all of that time,
+# and the thread's CPU ran beside the GPU's work, not while the GPU waited for it.
+GPU_QUIET_MIN = 0.1
+
+
+def gpu_quiet_share(gpu_utilization: float, main_thread_queued: float | None) -> float | None:
+    """The share of its main thread's own time (the time it was not waiting for a core, as
+    cpu_demand counts it) that its GPU was quiet, `gpu_utilization` (0-1) being the share of
+    the wall time a kernel ran: the wall time the GPU was quiet, less the time the thread
+    waited for a core, over the thread's own time. A loop that computes on the host between
+    kernels waits for a core while its GPU is quiet (the GPU waits for the batch that thread
+    makes), so that time is left out of both sides, as the demand leaves it out of the
+    thread's: 25 ms of tokenizing before a 60-ms step, on a loaded host 45 ms of wall time
+    with 20 of them queued, is a demand of 25 / 85, the GPU's quiet share of the thread's own
+    time (25 / 85) whatever the load, where the wall time the GPU was quiet (45 / 105) grows
+    with the load. None where the GPU was quiet under GPU_QUIET_MIN of that time."""
+    queued = min(max(main_thread_queued or 0.0, 0.0), 1.0)
+    if queued >= 1.0:
+        return None
+    quiet = (1.0 - min(max(gpu_utilization, 0.0), 1.0) - queued) / (1.0 - queued)
+    return quiet if quiet >= GPU_QUIET_MIN else None
+
+
 @dataclass(frozen=True, slots=True)
 class HostSignals:
     """What a process did over the last seconds, seen from outside its Python stack.
@@ -108,6 +132,9 @@ class HostSignals:
     d_state: bool = False  # a thread of it was in uninterruptible (disk) sleep
     iowait_growing: bool = False  # its block I/O delay grew (delay accounting)
     gpu_busy: bool | None = None  # its GPUs busy on average (daemon.analysis.busy.gpu_is_busy)
+    # Its GPUs' mean utilization over the seconds, 0-1: the share of the time a kernel ran.
+    # None: not measured.
+    gpu_utilization: float | None = None
     # ESTABLISHED TCP connections it opened (to a broker, a job server, a peer; not those
     # accepted on its own ports), as its kind read them (daemon.analysis.kinds.Kind.
     # peer_connections). None: no kind yet.

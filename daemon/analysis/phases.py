@@ -353,10 +353,18 @@ def classify(
         # checkpoint verdict here named `loss.item()` as the checkpoint (probe 144 F4).
         writes_elsewhere = (line_call is not None and line_call[0] == SYNC
                             and not _calls(responsible, SAVE_CALL, source_line))
+        # Likewise a dump caught at such a sync while its GPU was busy: it waits on its GPU's
+        # work there (blocked, spinning in the driver, or runnable again and waiting for a
+        # core: py-spy reads the last two as active), and the CPU its main thread took over
+        # those seconds ran another line (the samples caught running name it); "host compute"
+        # at `loss.item()` named the wait as the tokenizing a loop did between its steps
+        # (probe 144, F3).
+        waits_on_gpu = (line_call is not None and line_call[0] == SYNC
+                        and signals.gpu_busy is True)
         measured = _from_signals(
             frames, signals, responsible, caught_on_cpu=caught,
             in_python=caught and responsible is not None and is_comprehension(responsible),
-            writes_elsewhere=writes_elsewhere)
+            writes_elsewhere=writes_elsewhere, cpu_elsewhere=waits_on_gpu)
         if measured is not None:
             return measured
     child = next((f for f in reversed(called) if is_child_wait(f)), None)
@@ -970,7 +978,8 @@ SAVE_CALL = re.compile(r"\b\w*(save|dump|write|fsync|flush)\w*\(")
 
 def _from_signals(frames: Sequence[Frame], signals: HostSignals, responsible: Frame | None,
                   *, in_python: bool = False, caught_on_cpu: bool = False,
-                  writes_elsewhere: bool = False) -> Classification | None:
+                  writes_elsewhere: bool = False, cpu_elsewhere: bool = False
+                  ) -> Classification | None:
     """What the signals say when the frames named no library: see classify(). `in_python`:
     the stack shows the main thread running Python (a comprehension of the user's, on a CPU):
     host compute, whatever its I/O and on-CPU share over the seconds the signals cover.
@@ -978,7 +987,8 @@ def _from_signals(frames: Sequence[Frame], signals: HostSignals, responsible: Fr
     I/O (a C call such as `out.sort()`): host compute where its process reads too little per
     CPU-second for the reading to be where its time goes (HostSignals.input_read).
     `writes_elsewhere`: its line is a sync that writes nothing, so the writes the signals saw
-    are no verdict on it."""
+    are no verdict on it. `cpu_elsewhere`: the dump caught it at a sync on its busy GPU, so
+    the CPU the signals saw is no verdict on it either."""
     if in_python:  # (no figure in the text: a stack's reasons are counted by their text)
         if _under_no_grad(frames):
             return Classification(
@@ -1009,7 +1019,7 @@ def _from_signals(frames: Sequence[Frame], signals: HostSignals, responsible: Fr
         return Classification(DATA_WAIT, "block I/O wait growing (delay accounting) while the "
                               "GPU idles", responsible)
     cpu = signals.on_cpu
-    if cpu is not None and cpu >= ON_CPU_MIN:
+    if cpu is not None and cpu >= ON_CPU_MIN and not cpu_elsewhere:
         who = "main thread" if signals.main_thread_cpu is not None else "process"
         if _under_no_grad(frames):
             return Classification(
@@ -1017,8 +1027,17 @@ def _from_signals(frames: Sequence[Frame], signals: HostSignals, responsible: Fr
                 "idles (evaluation)", responsible)
         return Classification(
             HOST_PREPROCESS, f"{who} on-CPU {cpu:.0%} with no I/O while the GPU idles "
-            "(host-side compute)", responsible)
+            f"(host-side compute){_slowed_text(signals)}", responsible)
     return None
+
+
+def _slowed_text(signals: HostSignals) -> str:
+    """Where host compute's main thread also waited for a core: a loaded host slows it more."""
+    queued = signals.main_thread_queued
+    if queued is None or queued < QUEUED_MIN:
+        return ""
+    return (f", its main thread also waiting for a CPU core {min(queued, 1.0):.0%} of the time "
+            "(a loaded host slows it further)")
 
 
 def _queued_text(signals: HostSignals | None) -> str:

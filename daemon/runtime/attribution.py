@@ -63,7 +63,12 @@ from typing import Any, NamedTuple
 
 from daemon.analysis.balance import LOW_UTILIZATION, MID_UTILIZATION
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, gpu_is_busy
-from daemon.analysis.host_signals import MULTIPROCESSING_HELPERS, HostSignals, cpu_demand
+from daemon.analysis.host_signals import (
+    MULTIPROCESSING_HELPERS,
+    HostSignals,
+    cpu_demand,
+    gpu_quiet_share,
+)
 from daemon.analysis.kinds import Kind, frame_markers
 from daemon.analysis.live_phases import LivePhases
 from daemon.analysis.phases import classify, waits_on_data_queue
@@ -151,6 +156,34 @@ class _Snapshot(NamedTuple):
 # already holds: kept per process per tick, turned into a _Snapshot only when a sample of the
 # process (or of its parent) reads its signals, a few processes a tick.
 _Seen = tuple[float, ProcessSample, ThreadTimes | None, dict[int, float | None]]
+
+
+def _weighed_in_band(host: HostSignals, share: float) -> HostSignals:
+    """`host` with its CPU weighed against the time its GPU is quiet: in the middle band that is
+    only part of the time, as in a window (where the GPU is quiet nearly all the time) it is
+    all of it. 45 ms of hashing per 50-ms kernel is on a CPU ~48% of the time, all of the time
+    its GPU waits. The main thread's demand (its run-queue wait left out) is weighed against
+    the GPU's quiet share of the same time (gpu_quiet_share, from the GPU's utilization over
+    the signals' seconds), which leaves out the same queued time: against the wall time the
+    GPU was quiet, which holds it, a tokenizing loop whose main thread queued a third of the
+    time read 0.496, under ON_CPU_MIN (probe 144, F3). The process's CPU (a share
+    of the wall time) is weighed against the wall time the GPU was quiet. Where the GPU was
+    quiet too little of that time (GPU_QUIET_MIN: the CPU ran beside the GPU's work) a share
+    stands as it is; without the utilization the SM share stands for it, as before."""
+    main, process = host.main_thread_cpu, host.process_cpu
+    utilization = host.gpu_utilization
+    own: float | None
+    wall: float | None
+    if utilization is None:
+        own = wall = 1.0 - min(max(share, 0.0), 100.0) / 100.0
+    else:
+        own = gpu_quiet_share(utilization, host.main_thread_queued)
+        wall = gpu_quiet_share(utilization, None)
+    if main is not None and own:
+        main = min(1.0, main / own)
+    if process is not None and wall:
+        process = min(1.0, process / wall)
+    return replace(host, main_thread_cpu=main, process_cpu=process)
 
 
 def _snapshot(seen: _Seen) -> _Snapshot:
@@ -508,6 +541,7 @@ class Attribution:
                             and last.iowait > first.iowait),
             gpu_busy=gpu_is_busy(sum(utils) / len(utils), self.idle_utilization_pct)
             if utils else None,
+            gpu_utilization=sum(utils) / len(utils) / 100.0 if utils else None,
             connections_opened=(None if self.connections_opened is None
                                 else self.connections_opened(proc.key)),
             job_peers_only=kind is not None and kind.job_peers_only,
@@ -645,7 +679,7 @@ class Attribution:
                 turns[proc.key] = dumped_before  # not dumped: its turn stays
             rows = self._rows(proc, result, share, rights,
                               busy_elsewhere=share >= self.config.high_sm_share,
-                              in_band=in_band)
+                              in_band=in_band, gpu_works=share >= self.config.low_sm_share)
             if rows and result.ok:
                 if waits_on_data_queue(result.threads):
                     for worker in self._children.get(proc.pid, [])[:4]:
@@ -756,7 +790,11 @@ class Attribution:
 
     def _rows(self, proc: ProcessSample, result: DumpResult, share: float,
               rights: Credentials | None, *, busy_elsewhere: bool,
-              in_band: bool = False, of_job: ProcessSample | None = None) -> list[StackRow]:
+              in_band: bool = False, gpu_works: bool = False,
+              of_job: ProcessSample | None = None) -> list[StackRow]:
+        """The stack row of a dump of `proc` (none where there is nothing to classify).
+        `gpu_works`: its SM share was at or above low_sm_share at the dump's tick (in the
+        middle band, or in a window's hysteresis, under high_sm_share)."""
         if result.status != RATE_LIMITED:
             self.status_by_key[process_key(proc.pid, proc.start_time)] = {
                 "status": result.status, "error": result.error, "ts": result.ts}
@@ -797,26 +835,23 @@ class Attribution:
             # What a blocked main thread reads, where it is a pipe (read right after the dump:
             # a thread blocked on a pipe stays so): a read in C leaves no Python frame.
             host = replace(host, main_thread_blocked_on=blocked_read(proc.pid))
-        quiet = 1.0 - min(max(share, 0.0), 100.0) / 100.0
-        if in_band and host is not None and quiet > 0.0:
-            # In the middle band its GPU is quiet only part of the time: the CPU its main thread
-            # takes is weighed against that part, as in a window (where the GPU is quiet nearly
-            # all the time) it is against all of it. 45 ms of hashing per 50-ms kernel is on a
-            # CPU ~48% of the time, all of the time its GPU waits.
-            host = replace(host, main_thread_cpu=None if host.main_thread_cpu is None
-                           else min(1.0, host.main_thread_cpu / quiet),
-                           process_cpu=None if host.process_cpu is None
-                           else min(1.0, host.process_cpu / quiet))
+        if in_band and host is not None:
+            host = _weighed_in_band(host, share)
         verdict = classify(result.threads, gpu_busy=False, busy_elsewhere=busy_elsewhere,
                            proc_state=signals.state,
                            iowait_growing=signals.iowait_growing, repeated_leaf=repeated,
                            source_line=source_reader(proc.pid, rights), signals=host)
-        if in_band and verdict.phase == IDLE:
+        if (in_band or gpu_works) and verdict.phase == IDLE:
             # In the middle band its GPU works a third of the time or more: a main thread that
             # waits waits on that work (a kernel, a thread, a peer), and no idle rule may come
-            # of it (a job that sleeps between kernels is throttled, not idle).
+            # of it (a job that sleeps between kernels is throttled, not idle). So in a window
+            # that a dip opened and that lasts while its share stays under high_sm_share: at
+            # or above low_sm_share its GPU works as much (a server answering 10 requests a
+            # second, back at 35% after one tick under 30%, read idle .64 in its select).
+            where = ("in the middle band" if in_band else
+                     "a window, its SM share back at or above low_sm_share")
             verdict = replace(verdict, phase=COMPUTE, reason=(
-                f"waits while its GPU works (in the middle band): {verdict.reason}"))
+                f"waits while its GPU works ({where}): {verdict.reason}"))
         elif in_band and verdict.phase == SYNC:
             # A sync there (`.item()`/`.cpu()` on the user's line, or the same line repeating
             # while the host waits) waits on its own GPU's work: the step's compute. The GPU

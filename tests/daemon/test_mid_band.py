@@ -6,14 +6,17 @@ dumped."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import Counter
 
 from test_fair_dumps import TokenSampler
-from test_phases import STDLIB, USER
+from test_phases import STDLIB, USER, stack
 
 from daemon.analysis.balance import LOW_UTILIZATION, MID_UTILIZATION
+from daemon.analysis.host_signals import ON_CPU_MIN, HostSignals, gpu_quiet_share
+from daemon.analysis.phases import classify
 from daemon.config import AttributionConfig
-from daemon.runtime.attribution import Attribution
+from daemon.runtime.attribution import Attribution, _weighed_in_band
 from daemon.sources.frames import DumpResult, Frame, ThreadStack
 from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
 from daemon.sources.stacks import OK, RATE_LIMITED
@@ -126,3 +129,103 @@ def test_a_wait_sampled_in_the_middle_band_is_compute_never_idle(tmp_path):
     assert start + config.mid_after - 1 <= stretch["started_at"] <= first, (stretch, first)
     assert not [e for e in events if e["kind"] == LOW_UTILIZATION
                 and e["target"].startswith(f"{band.pid}:")], events
+
+
+# Recorded in the middle band (tests/daemon/workloads/tokenize_inline.py, 40 documents a step,
+# two busy CPU loops on 2 cores): 54% SM, its GPU 57% utilized over the signals' 3 s, its main
+# thread on a CPU 23% of the time it did not wait for a core, and waiting for one 33% of the
+# wall time.
+TOKENIZING = HostSignals(seconds=3.0, main_thread_cpu=0.228, main_thread_queued=0.331,
+                         process_cpu=0.147, gpu_busy=True, gpu_utilization=0.57)
+TOKENIZER = "/home/me/finetune.py"
+
+
+def test_inline_tokenizing_on_a_loaded_host_is_host_compute_in_the_band():
+    """Its demand leaves the time it waited for a core out; the GPU's quiet time is weighed the
+    same way: of the thread's own time the GPU was quiet ~15%, all of it the thread running
+    (its demand weighed: 1). Against the wall time the GPU was quiet (46%, which holds the
+    queueing) it read 0.496, under ON_CPU_MIN, and its `encode` read compute or unknown
+    (probe 144, F3). Its samples caught waiting in `loss.item()` on its busy GPU are no host
+    compute at that line: the sync's verdict, compute in the band."""
+    weighed = _weighed_in_band(TOKENIZING, 54.0)
+    assert weighed.main_thread_cpu is not None and weighed.main_thread_cpu >= ON_CPU_MIN
+    encode = classify(stack((TOKENIZER, "WordPieceTokenizer.encode", 61),
+                            (TOKENIZER, "<listcomp>", 102), (TOKENIZER, "main", 102),
+                            active=True),
+                      gpu_busy=False, source_line=lambda f: "                ids.append(x)",
+                      signals=weighed)
+    assert encode.phase == "host_preprocess", encode
+    assert encode.frame is not None and encode.frame.name == "WordPieceTokenizer.encode"
+    assert "waiting for a CPU core 33%" in encode.reason, encode.reason
+    for active in (False, True):  # (runnable again, waiting for a core: py-spy says active)
+        item = classify(stack((TOKENIZER, "main", 107), active=active), gpu_busy=False,
+                        source_line=lambda f: "            loss.item()", signals=weighed)
+        assert item.phase == "sync", (active, item)  # (_rows: compute in the band)
+
+
+def test_the_bands_weighing_leaves_a_busy_gpus_cpu_as_it_is():
+    """A scorer whose GPU works all the time the main thread does not wait for a core (98% of
+    the wall time, 2% queued): its main thread's CPU ran beside the GPU's work, and is not
+    weighed up into host compute; without the GPU's utilization the SM share stands for the
+    quiet time, as before."""
+    scorer = HostSignals(seconds=3.0, main_thread_cpu=0.1, main_thread_queued=0.02,
+                         process_cpu=0.3, gpu_busy=True, gpu_utilization=0.98)
+    assert _weighed_in_band(scorer, 50.0).main_thread_cpu == 0.1
+    # (before its main thread's clock is read: its process's CPU, likewise)
+    assert _weighed_in_band(dataclasses.replace(scorer, main_thread_cpu=None),
+                            50.0).process_cpu == 0.3
+    assert gpu_quiet_share(0.98, 0.02) is None
+    unknown = dataclasses.replace(scorer, gpu_utilization=None)
+    assert _weighed_in_band(unknown, 50.0).main_thread_cpu == 0.2
+    # No load: the quiet share is the wall's (45 ms of hashing per 50-ms kernel).
+    assert gpu_quiet_share(0.52, 0.0) == 0.48
+    assert abs(_weighed_in_band(dataclasses.replace(TOKENIZING, main_thread_cpu=0.47,
+                                                    main_thread_queued=0.0, gpu_utilization=0.52),
+                                49.0).main_thread_cpu - 0.47 / 0.48) < 1e-9
+
+
+def test_a_wait_in_a_windows_hysteresis_is_compute_never_idle(tmp_path):
+    """A server at 35% SM that dipped under low_sm_share for a few ticks: the window stays
+    open while its share is under high_sm_share (40%), and its dumps there found its main
+    thread waiting: `idle` while it was at 10%, compute once back at 35%, where its GPU works a
+    third of the time as in the middle band (a server answering 10 requests a second read idle
+    .64: probe 144, F6)."""
+    store = Store(tmp_path / "mlcost.db")
+    config = AttributionConfig(min_window=0.5, dump_interval=2.0, dumps_per_second=2.0)
+    gpus = (GpuSample(0, "u0", "A100-SXM4-40GB", "ok", 35.0, None, 40 << 30, 40 << 30),)
+
+    def server(share: float) -> ProcessSample:
+        return ProcessSample(70_002, 1000.0, 1, "ann", "python serve.py",
+                             (GpuUse(0, 1 << 30, share),))
+
+    sampler = WaitingSampler(config.dump_interval)
+    attribution = Attribution(config, store, sampler, interval_s=1.0)  # type: ignore[arg-type]
+    start = 4000.0
+    shares = [10.0] * 4 + [35.0] * 12
+
+    async def run() -> None:
+        for tick, share in enumerate(shares):
+            sampler.next_tick(start + tick)
+            attribution.on_tick(Sample(start + tick, tick, gpus=gpus,
+                                       processes=(server(share),)))
+            await attribution.dumps_finished()
+        await attribution.stop()
+
+    try:
+        asyncio.run(run())
+    finally:
+        store.close()
+    reader = StoreReader(str(tmp_path / "mlcost.db"))
+    try:
+        events = queries.events(reader, 0, 1e12)
+    finally:
+        reader.close()
+    [window] = [e for e in events if e["kind"] == LOW_UTILIZATION]
+    assert window["ended_at"] is None, window  # (still open: under high_sm_share)
+    samples = [(s.ts, s.phase, s.reason) for proc in attribution.phases._processes.values()
+               for s in proc.samples]
+    dipped = {phase for ts, phase, _ in samples if ts < start + 4}
+    back = [(phase, reason) for ts, phase, reason in samples if ts >= start + 4]
+    assert dipped == {"idle"}, samples
+    assert back and {phase for phase, _ in back} == {"compute"}, samples
+    assert all("low_sm_share" in reason for _, reason in back), back

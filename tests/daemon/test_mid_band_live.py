@@ -11,12 +11,14 @@ waiting (the corpus's train_shards_mp ranks and write_embeddings, on a quiet hos
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
 from simhost import poll
 from test_corpus import FAST_STACKS, balances, pytestmark, sampled, scenario_file  # noqa: F401
-from test_work_waits_live import advice_by_program, program
+from test_work_waits_live import WORKLOADS, advice_by_program, program
 
 from daemon.analysis.balance import LOW_UTILIZATION, MID_UTILIZATION
 from daemon.store import queries
@@ -152,3 +154,84 @@ def test_a_scorer_waiting_on_its_own_busy_gpu_in_the_band_is_compute_not_a_sync(
     assert not [r for r in advice if (r.action or {}).get("kind") == "sigterm"
                 or r.rule.startswith("idle")], [r.rule for r in advice]
     assert daemon.stop() == 0, daemon.log_tail()
+
+
+TOKENIZER = "tokenize_inline.py"
+BUSY_LOOPS = 2  # beside it, as on a busy training host: its main thread waits for a core too
+# Dumped every second in the band: about half its samples catch it waiting in `loss.item()`.
+TOKENIZER_CONFIG = {**CONFIG, "attribution": {**CONFIG["attribution"],
+                                              "mid_dump_interval": "1s"}}
+TOKENIZER_SAMPLES = 4  # its band samples in `encode` before its balance is judged
+
+
+def test_a_job_tokenizing_on_its_main_thread_on_a_loaded_host_is_named_in_the_band(
+        mlcostd, tmp_path):
+    """probe 144's tokenizer (written without the classifier in mind): a fixed amount of
+    tokenizing on the main thread before each 60-ms step, its GPU quiet meanwhile, beside two
+    busy CPU loops. Its main thread waits for a core a third of the time, and its demand (its
+    CPU over the time it did not wait for one) is about the GPU's quiet share of that same
+    time; weighed against the wall time its GPU was quiet (which holds the queueing) it read
+    about half of that, under ON_CPU_MIN: its band samples at `encode` read `unknown` ("a
+    loaded host: it needs a core, not less work") or `compute` ("its GPU busy meanwhile"), and
+    its samples in `loss.item()` host compute there (probe 144, F3). Its `encode` is host
+    compute, with the load said; the wait in `loss.item()` is the step's compute; no idle
+    advice, no SIGTERM."""
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+             for _ in range(BUSY_LOOPS)]
+    try:
+        path = scenario_file(tmp_path, [{"name": "tokenizer",
+                                         "command": program(TOKENIZER, "--batch-size", "80")}])
+        daemon = mlcostd("idle-host", interval=1.0, config=TOKENIZER_CONFIG,
+                         args=["--simulate", str(path)])
+        state: dict[str, Any] = {}
+
+        def band(phase: dict[str, Any]) -> int:
+            return sum(stack["samples"] for stack in phase.get("top_stacks") or []
+                       if "middle band" in (stack.get("reason") or ""))
+
+        def named() -> bool:
+            procs = [p for p in daemon.now()["processes"]
+                     if p.get("gpus") and TOKENIZER in p["command"]]
+            if not procs:
+                return False
+            state["proc"] = procs[0]
+            state["balance"] = found = next(
+                (b for command, b in balances(daemon.db).items() if f"/{TOKENIZER}" in command),
+                {})
+            if band(found.get("host_preprocess", {})) < TOKENIZER_SAMPLES:
+                return False
+            state["advice"] = advice = advice_by_program(daemon, (TOKENIZER,))[TOKENIZER]
+            return any(r.rule == "main_thread_preprocessing" for r in advice)
+
+        poll(named, 240, "band host_preprocess samples of the tokenizer and its advice",
+             every=2.0, explain=lambda: json.dumps(state.get("proc", {}).get("sm_share"))
+             + "\n" + json.dumps(state.get("balance"), default=str)[:4000] + "\n"
+             + daemon.log_tail())
+        balance = state["balance"]
+        in_band = [(phase, stack) for phase, found in balance.items()
+                   for stack in found.get("top_stacks") or []
+                   if "middle band" in (stack.get("reason") or "")]
+        top = [stack for phase, stack in in_band if phase == "host_preprocess"]
+        assert max(top, key=lambda s: s["samples"])["function"] == \
+            "WordPieceTokenizer.encode", top
+        # Its line, named in the band as host compute: never compute there, nor a loaded
+        # host's delay alone (a sample taken before its main thread's clock was read may read
+        # `unknown`, "host code running": its process's CPU alone says too little).
+        assert not [(phase, stack["reason"]) for phase, stack in in_band
+                    if stack["function"] == "WordPieceTokenizer.encode"
+                    and (phase == "compute" or "not less work" in stack["reason"])], in_band
+        # The wait in `loss.item()` there: the step's compute, not host compute at that line.
+        source = (WORKLOADS / TOKENIZER).read_text().splitlines()
+        syncs = {n for n, text in enumerate(source, 1) if "loss.item()" in text}
+        assert syncs, source
+        assert not [stack for stack in top if stack["line"] in syncs], [
+            (stack["line"], stack["samples"], stack["reason"]) for stack in top]
+        [advice] = [r for r in state["advice"] if r.rule == "main_thread_preprocessing"]
+        assert TOKENIZER in json.dumps(advice.evidence), advice.evidence
+        assert not [r for r in state["advice"] if (r.action or {}).get("kind") == "sigterm"
+                    or r.rule.startswith("idle")], [r.rule for r in state["advice"]]
+        assert daemon.stop() == 0, daemon.log_tail()
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
