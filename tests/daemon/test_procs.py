@@ -13,7 +13,13 @@ from simhost import poll, run_concurrently
 
 from daemon.analysis.host_signals import ON_CPU_MIN, cpu_demand
 from daemon.sources import procs as procs_module
-from daemon.sources.procs import MainThreadClock, ProcessSource, ThreadTimes, read_pressure
+from daemon.sources.procs import (
+    MainThreadClock,
+    PressureReader,
+    ProcessSource,
+    ThreadTimes,
+    read_pressure,
+)
 from daemon.sources.sample import GpuUse
 
 USE = (GpuUse(gpu_index=0, memory_bytes=1 << 30, sm_share=50.0),)
@@ -421,6 +427,20 @@ def test_pressure_parsed_from_proc_format(tmp_path):
     assert pressure.io_full_total_us == 65432
     assert pressure.cpu_some_avg10 == 12.0
     assert pressure.cpu_some_total_us == 999
+
+
+def test_a_kept_pressure_reader_reads_each_tick_what_the_files_say_now(tmp_path):
+    (tmp_path / "cpu").write_text("some avg10=1.00 avg60=0.00 avg300=0.00 total=10\n")
+    reader = PressureReader(str(tmp_path))
+    try:
+        assert reader.read().io_some_total_us is None  # no io file yet: unknown
+        (tmp_path / "io").write_text("some avg10=2.00 avg60=0.00 avg300=0.00 total=20\n")
+        (tmp_path / "cpu").write_text("some avg10=3.50 avg60=0.00 avg300=0.00 total=30\n")
+        pressure = reader.read()
+    finally:
+        reader.close()
+    assert (pressure.io_some_total_us, pressure.cpu_some_avg10) == (20, 3.5)
+    assert pressure == read_pressure(str(tmp_path))
 
 
 def test_pressure_absent_is_none(tmp_path):
