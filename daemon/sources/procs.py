@@ -400,7 +400,10 @@ class ProcessSource:
             read_bytes = write_bytes = read_chars = write_chars = None
         io_marker = (read_bytes or 0) + (write_bytes or 0) + blkio_ticks
         threads_in_d = 0
-        if state == "D" or io_marker != known.last_io:
+        if threads == 1 and (state == "D" or io_marker != known.last_io):
+            # Doing I/O on its one thread: its stat just read is that thread's (no task/ walk)
+            threads_in_d, known.blkio_ticks = int(state == "D"), blkio_ticks
+        elif state == "D" or io_marker != known.last_io:
             # Doing I/O this tick: look at every thread (a loader thread may be the one waiting).
             threads_in_d, known.blkio_ticks = _task_stalls(known.pid)
         known.last_io = io_marker

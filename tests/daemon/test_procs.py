@@ -415,6 +415,37 @@ def test_exited_process_disappears_without_error():
     assert source.read({proc.pid: USE}) == ()
 
 
+def test_stalls_of_a_one_thread_process_come_from_its_stat_and_others_walk_their_threads(
+        monkeypatch):
+    walked = []
+    walk = procs_module._task_stalls
+
+    def recorded(pid):
+        walked.append(pid)
+        return walk(pid)
+
+    monkeypatch.setattr(procs_module, "_task_stalls", recorded)
+    single = subprocess.Popen(["sleep", "60"])
+    threaded = subprocess.Popen(
+        [sys.executable, "-c", "import threading, time\n"
+         "threading.Thread(target=time.sleep, args=(60,)).start()\n"
+         "print('up', flush=True)\ntime.sleep(60)\n"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert threaded.stdout.readline() == "up\n"
+        source = ProcessSource(children=False)
+        source.discover({single.pid, threaded.pid})
+        # (a first read counts as I/O: nothing was counted before it)
+        read = {s.pid: s for s in source.read({single.pid: USE, threaded.pid: USE})}
+        assert read[single.pid].threads == 1 and read[single.pid].threads_in_d == 0
+        assert read[threaded.pid].threads == 2
+        assert walked == [threaded.pid]  # a loader thread may be the one waiting: walked
+    finally:
+        for proc in (single, threaded):
+            proc.kill()
+            proc.wait()
+        threaded.stdout.close()
+
+
 def test_pressure_parsed_from_proc_format(tmp_path):
     (tmp_path / "io").write_text(
         "some avg10=1.50 avg60=0.80 avg300=0.20 total=123456\n"
