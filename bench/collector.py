@@ -13,7 +13,7 @@
 
 Targets: <= 5 ms CPU per tick, <= 64 bytes per GPU-sample, <= 50 ms for the 24 h read.
 usage: python bench/collector.py [--ticks 60] [--gpus 8] [--processes 64] [--page-cache-kib N]
-       python bench/collector.py --procs 8,64,256 [--ticks 40] [--json]
+       python bench/collector.py --procs 8,64,256 [--ticks 40] [--json] [--detail]
        python bench/collector.py --procs 64 --ticks 600 --every 50
 
 `--procs` runs the daemon at each size in turn and prints, per size, the whole process's CPU per
@@ -68,7 +68,7 @@ from daemon.analysis.kinds import Kind
 from daemon.analysis.window_ticks import WINDOW_S, WindowTick, window_tick
 from daemon.runtime.daemon import Daemon
 from daemon.sources import nvml as nvml_module
-from daemon.sources.host import read_host_usage
+from daemon.sources.host import HostReader
 from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
 from daemon.store.writer import PAGE_CACHE_KIB, Store
 
@@ -139,6 +139,11 @@ PARTS_NOW: list[Parts] = [Parts()]  # the size being measured
 # parts inside it); "other" is what no part covers (the event loop, kinds' documents, GC ...).
 PART_NAMES = ("NVML read", "/proc read", "discovery", "kinds", "analysis",
               "rules + phase balances", "store write", "API", "API body", "tick (rest)")
+# With --detail, parts taken out of "tick (rest)": attribution's per-process update of windows
+# and signals, its /proc samples of processes in windows (read_facts, signals, classify and
+# the row kept; with stacks off, as here, these take py-spy's place), and the host's CPU,
+# memory and PSI reads.
+DETAIL_PARTS = ("attribution", "attribution /proc samples", "host reads")
 
 
 def floor_round(handles: list, pids_fds: list[tuple[int, int]], since_us: int,
@@ -225,8 +230,10 @@ def full_window_round(analyzer: Analyzer, sample: Sample, kinds: dict[str, Kind]
 
 def parts_per_tick(before: dict[str, float], after: dict[str, float],
                    ticks: int) -> dict[str, float]:
-    """Each part's CPU seconds per tick between two of Parts' copies `ticks` ticks apart."""
-    return {part: (after.get(part, 0.0) - before.get(part, 0.0)) / ticks for part in PART_NAMES}
+    """Each part's CPU seconds per tick between two of Parts' copies `ticks` ticks apart (the
+    detail parts where they were measured)."""
+    names = PART_NAMES + tuple(part for part in DETAIL_PARTS if part in after)
+    return {part: (after.get(part, 0.0) - before.get(part, 0.0)) / ticks for part in names}
 
 
 def stretch_line(ticks: int, spent: tuple[float, float], parts: tuple[dict[str, float],
@@ -243,11 +250,12 @@ def stretch_line(ticks: int, spent: tuple[float, float], parts: tuple[dict[str, 
 
 
 def tick_cost(ticks: int, gpus: int, processes: int, work: Path,
-              every: int = 0, real: bool = False) -> dict[str, object]:
+              every: int = 0, real: bool = False, detail: bool = False) -> dict[str, object]:
     """Run the daemon for `ticks` ticks over `processes` workload processes; print and return
     the whole process's CPU per tick in steady state, by thread and by part, and the floor.
     `every` > 0: also print the CPU per tick, whole and by part, of each stretch of that many
-    ticks as it ends (what grows with the daemon's age shows)."""
+    ticks as it ends (what grows with the daemon's age shows). `detail`: also the
+    DETAIL_PARTS, out of "tick (rest)"."""
     scenario = None if real else work / f"bench-{processes}.toml"
     if scenario is not None:
         scenario.write_text(scenario_text(gpus, processes))
@@ -271,6 +279,9 @@ def tick_cost(ticks: int, gpus: int, processes: int, work: Path,
     parts.wrap(daemon.procs, "discover", "discovery")
     parts.wrap(daemon, "_read_attribution", "rules + phase balances")
     parts.wrap(daemon.kinds, "refresh", "kinds")
+    if detail:
+        parts.wrap(daemon.host_usage, "read", "host reads")
+        parts.wrap(daemon.pressure, "read", "host reads")
     tick_cpu: list[float] = []
     threads_at: list[dict[int, float]] = []
     parts_at: list[dict[str, float]] = []
@@ -292,6 +303,9 @@ def tick_cost(ticks: int, gpus: int, processes: int, work: Path,
                 parts.wrap(daemon.analyzer, name, "rules + phase balances")
         parts.wrap(daemon, "now", "API")
         parts.wrap(daemon, "now_body", "API body")  # less the document it builds inside
+        if detail and daemon.attribution is not None:
+            parts.wrap(daemon.attribution, "on_tick", "attribution")
+            parts.wrap(daemon.attribution, "_sample_due_from_proc", "attribution /proc samples")
         wrapped.append(True)
 
     stretch: list[tuple[float, dict[str, float], int]] = []  # at the last stretch's end
@@ -400,11 +414,12 @@ def tick_cost(ticks: int, gpus: int, processes: int, work: Path,
           f"{rules_round * 1000:.1f} ms every {config.cost.evaluate_every:g} s, "
           f"{spread * 1000:.2f} ms a tick; whole process with it: {(whole + spread) * 1000:.2f} "
           f"ms, {(whole + spread) / floor[0]:.1f}x the floor")
-    reads, began = 2000, time.thread_time()
-    for _ in range(reads):
-        read_host_usage()
+    reads, host, began = 2000, HostReader(), time.thread_time()
+    for _ in range(reads):  # (in a loop: warm, as the tick does not find it; --detail does)
+        host.read()
     print(f"  of the tick, reading the host's CPU, memory and load (sources/host.py): "
           f"{(time.thread_time() - began) / reads * 1000:.3f} ms")
+    host.close()
     return {"procs": processes, "gpus": gpus, "procs_seen": seen, "ticks": ticks,
             "whole_ms": whole * 1000, "tick_main_thread_ms": statistics.median(ms),
             "floor_ms": floor[0] * 1000, "ratio": whole / floor[0],
@@ -554,6 +569,10 @@ def main() -> int:
     parser.add_argument("--real", action="store_true",
                         help="on this host's own NVML (a GPU host): record the GPU processes "
                              "already running, --processes of them; CPU per tick and floor only")
+    parser.add_argument("--detail", action="store_true",
+                        help="also split out of \"tick (rest)\" attribution's per-process "
+                             "update, its /proc samples and the host's CPU, memory and PSI "
+                             "reads")
     parser.add_argument("--json", action="store_true",
                         help="with --procs: also print one JSON line of the figures, for "
                              "tracking")
@@ -570,12 +589,14 @@ def main() -> int:
                 sizes = [int(n) for n in args.procs.split(",") if n.strip()]
             except ValueError:
                 parser.error(f"--procs {args.procs!r}: give process counts like 8,64,256")
-            rows = [tick_cost(args.ticks, args.gpus, n, work, args.every) for n in sizes]
+            rows = [tick_cost(args.ticks, args.gpus, n, work, args.every, detail=args.detail)
+                    for n in sizes]
             table(rows)
             if args.json:
                 print(json.dumps({"bench": "collector", "sizes": rows}))
             return 0
-        tick_cost(args.ticks, args.gpus, args.processes, work, args.every, args.real)
+        tick_cost(args.ticks, args.gpus, args.processes, work, args.every, args.real,
+                  detail=args.detail)
         if args.real:
             return 0
         bytes_per_row(args.gpus, args.processes, work)

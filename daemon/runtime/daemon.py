@@ -45,11 +45,11 @@ from daemon.runtime.kinds import KindTracker
 from daemon.runtime.price_host import build_analyzer, price_host
 from daemon.runtime.simulation import Simulation, SimulationError
 from daemon.runtime.snapshots import SnapshotTriggers, take_snapshot
-from daemon.sources.host import read_host_usage
+from daemon.sources.host import HostReader
 from daemon.sources.nvml import NvmlSource
 from daemon.sources.owners import OwnerReader
 from daemon.sources.podresources import Allocation, PodResources
-from daemon.sources.procs import ProcessSource, read_pressure
+from daemon.sources.procs import PressureReader, ProcessSource
 from daemon.sources.redact import redact_document, redact_field, redact_name
 from daemon.sources.safe_text import one_line
 from daemon.sources.sample import GpuUse, Sample
@@ -173,6 +173,9 @@ class Daemon:
                                        config.owners.slurm_job_info_dir,
                                        pod_resources=PodResources(
                                            config.owners.pod_resources_socket)))
+        # the host's CPU, memory and PSI, read each tick through files kept open (first read on)
+        self.host_usage = HostReader()
+        self.pressure = PressureReader()
         self.store: Store | None = None
         self.simulation: Simulation | None = None
         self._stop = asyncio.Event()
@@ -651,6 +654,8 @@ class Daemon:
                 await self.snapshots.stop()
             self.nvml.stop()
             self.procs.close()
+            self.pressure.close()
+            self.host_usage.close()
             self._stop_simulation()
             self._record_costs(clock.now())  # the last round's spend, before the store closes
             self.store.close()  # recreates a database deleted under it first, from its copy
@@ -1133,7 +1138,8 @@ class Daemon:
         processes = self.procs.read(self._recorded(uses))
         return Sample(
             ts=clock.now(), tick=self.tick + 1, gpus=gpus, processes=processes,
-            host=read_pressure(), nvml_status=nvml_status, host_usage=read_host_usage())
+            host=self.pressure.read(), nvml_status=nvml_status,
+            host_usage=self.host_usage.read())
 
     def tick_now(self) -> None:
         """Take and record one tick now, as the loop does once an interval: collect, store,

@@ -19,6 +19,7 @@ from typing import NamedTuple
 import psutil
 
 from daemon import clock as daemon_clock
+from daemon.sources.host import ProcFile
 from daemon.sources.owners import OwnerReader
 from daemon.sources.redact import redact_argv, redact_text
 from daemon.sources.safe_text import one_line
@@ -399,7 +400,10 @@ class ProcessSource:
             read_bytes = write_bytes = read_chars = write_chars = None
         io_marker = (read_bytes or 0) + (write_bytes or 0) + blkio_ticks
         threads_in_d = 0
-        if state == "D" or io_marker != known.last_io:
+        if threads == 1 and (state == "D" or io_marker != known.last_io):
+            # Doing I/O on its one thread: its stat just read is that thread's (no task/ walk)
+            threads_in_d, known.blkio_ticks = int(state == "D"), blkio_ticks
+        elif state == "D" or io_marker != known.last_io:
             # Doing I/O this tick: look at every thread (a loader thread may be the one waiting).
             threads_in_d, known.blkio_ticks = _task_stalls(known.pid)
         known.last_io = io_marker
@@ -596,22 +600,41 @@ def _psi_line(line: str) -> dict[str, float]:
     return {key: float(value) for key, value in parts.items()}
 
 
-def read_pressure(root: str = "/proc/pressure") -> HostPressure:
-    """Host-wide PSI for I/O and CPU; fields are None where the kernel has no PSI."""
-    values: dict[str, float | int | None] = {}
-    for resource in ("io", "cpu"):
-        try:
-            with open(f"{root}/{resource}") as f:
-                lines = f.read().splitlines()
-        except OSError:
-            continue
-        for line in lines:
-            kind = line.split(" ", 1)[0]
-            if kind not in ("some", "full") or (resource == "cpu" and kind == "full"):
-                continue
-            parsed = _psi_line(line)
-            values[f"{resource}_{kind}_avg10"] = parsed.get("avg10")
-            total = parsed.get("total")
-            values[f"{resource}_{kind}_total_us"] = int(total) if total is not None else None
-    return HostPressure(**values)  # type: ignore[arg-type]
+class PressureReader:
+    """Host-wide PSI for I/O and CPU at every tick, through /proc/pressure/{io,cpu} kept open
+    (host.ProcFile). `close` when done."""
 
+    def __init__(self, root: str = "/proc/pressure") -> None:
+        self._files = {resource: ProcFile(f"{root}/{resource}") for resource in ("io", "cpu")}
+
+    def read(self) -> HostPressure:
+        """The figures now; fields are None where the kernel has no PSI."""
+        values: dict[str, float | int | None] = {}
+        for resource, file in self._files.items():
+            try:
+                lines = file.read().decode().splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                kind = line.split(" ", 1)[0]
+                if kind not in ("some", "full") or (resource == "cpu" and kind == "full"):
+                    continue
+                parsed = _psi_line(line)
+                values[f"{resource}_{kind}_avg10"] = parsed.get("avg10")
+                total = parsed.get("total")
+                values[f"{resource}_{kind}_total_us"] = int(total) if total is not None else None
+        return HostPressure(**values)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        for file in self._files.values():
+            file.close()
+
+
+def read_pressure(root: str = "/proc/pressure") -> HostPressure:
+    """Host-wide PSI for I/O and CPU now, read once (PressureReader, for each tick); fields are
+    None where the kernel has no PSI."""
+    reader = PressureReader(root)
+    try:
+        return reader.read()
+    finally:
+        reader.close()

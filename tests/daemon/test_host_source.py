@@ -4,13 +4,14 @@ MemTotal - MemAvailable, the load averages; and how the /v1/now document carries
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
 
 from daemon.analysis.derive import HostUsageModel, TickModel
 from daemon.api.document import now_document
-from daemon.sources.host import read_host_usage
+from daemon.sources.host import HostReader, read_host_usage
 from daemon.sources.sample import HostUsageSample, Sample
 from daemon.wire import Now
 
@@ -112,3 +113,37 @@ def test_an_older_daemons_document_parses_with_no_host_usage():
     odd = dict(old, host_usage={"cpu_percent": "high", "load": [1.0, "x", 2.0]})
     host = Now.from_dict(odd).host_usage
     assert host is not None and host.cpu_percent is None and host.load is None
+
+
+def test_a_kept_reader_reads_each_tick_what_the_files_say_now(tmp_path):
+    write_proc(tmp_path, busy=100, idle=900)
+    reader = HostReader(tmp_path)
+    try:
+        first = reader.read()
+        write_proc(tmp_path, busy=130, idle=960)  # rewritten in place, as /proc changes
+        now = reader.read()
+    finally:
+        reader.close()
+    assert (first.cpu_busy_ticks, first.cpu_total_ticks) == (100, 1000)
+    assert (now.cpu_busy_ticks, now.cpu_total_ticks) == (130, 1090)
+    assert now == dataclasses.replace(read_host_usage(tmp_path), load=now.load)
+
+
+def test_a_kept_reader_picks_up_a_file_that_was_missing(tmp_path):
+    reader = HostReader(tmp_path)
+    try:
+        assert reader.read().cpu_total_ticks is None  # no /proc/stat yet: unknown
+        write_proc(tmp_path, busy=100, idle=900)
+        assert reader.read().cpu_total_ticks == 1000  # opened at the next read
+    finally:
+        reader.close()
+
+
+def test_a_kept_reader_closes_its_files(tmp_path):
+    write_proc(tmp_path, busy=100, idle=900)
+    before = set(os.listdir("/proc/self/fd"))
+    reader = HostReader(tmp_path)
+    reader.read()
+    assert len(set(os.listdir("/proc/self/fd")) - before) == 2  # stat and meminfo, kept
+    reader.close()
+    assert set(os.listdir("/proc/self/fd")) - before == set()

@@ -13,7 +13,13 @@ from simhost import poll, run_concurrently
 
 from daemon.analysis.host_signals import ON_CPU_MIN, cpu_demand
 from daemon.sources import procs as procs_module
-from daemon.sources.procs import MainThreadClock, ProcessSource, ThreadTimes, read_pressure
+from daemon.sources.procs import (
+    MainThreadClock,
+    PressureReader,
+    ProcessSource,
+    ThreadTimes,
+    read_pressure,
+)
 from daemon.sources.sample import GpuUse
 
 USE = (GpuUse(gpu_index=0, memory_bytes=1 << 30, sm_share=50.0),)
@@ -409,6 +415,37 @@ def test_exited_process_disappears_without_error():
     assert source.read({proc.pid: USE}) == ()
 
 
+def test_stalls_of_a_one_thread_process_come_from_its_stat_and_others_walk_their_threads(
+        monkeypatch):
+    walked = []
+    walk = procs_module._task_stalls
+
+    def recorded(pid):
+        walked.append(pid)
+        return walk(pid)
+
+    monkeypatch.setattr(procs_module, "_task_stalls", recorded)
+    single = subprocess.Popen(["sleep", "60"])
+    threaded = subprocess.Popen(
+        [sys.executable, "-c", "import threading, time\n"
+         "threading.Thread(target=time.sleep, args=(60,)).start()\n"
+         "print('up', flush=True)\ntime.sleep(60)\n"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert threaded.stdout.readline() == "up\n"
+        source = ProcessSource(children=False)
+        source.discover({single.pid, threaded.pid})
+        # (a first read counts as I/O: nothing was counted before it)
+        read = {s.pid: s for s in source.read({single.pid: USE, threaded.pid: USE})}
+        assert read[single.pid].threads == 1 and read[single.pid].threads_in_d == 0
+        assert read[threaded.pid].threads == 2
+        assert walked == [threaded.pid]  # a loader thread may be the one waiting: walked
+    finally:
+        for proc in (single, threaded):
+            proc.kill()
+            proc.wait()
+        threaded.stdout.close()
+
+
 def test_pressure_parsed_from_proc_format(tmp_path):
     (tmp_path / "io").write_text(
         "some avg10=1.50 avg60=0.80 avg300=0.20 total=123456\n"
@@ -421,6 +458,20 @@ def test_pressure_parsed_from_proc_format(tmp_path):
     assert pressure.io_full_total_us == 65432
     assert pressure.cpu_some_avg10 == 12.0
     assert pressure.cpu_some_total_us == 999
+
+
+def test_a_kept_pressure_reader_reads_each_tick_what_the_files_say_now(tmp_path):
+    (tmp_path / "cpu").write_text("some avg10=1.00 avg60=0.00 avg300=0.00 total=10\n")
+    reader = PressureReader(str(tmp_path))
+    try:
+        assert reader.read().io_some_total_us is None  # no io file yet: unknown
+        (tmp_path / "io").write_text("some avg10=2.00 avg60=0.00 avg300=0.00 total=20\n")
+        (tmp_path / "cpu").write_text("some avg10=3.50 avg60=0.00 avg300=0.00 total=30\n")
+        pressure = reader.read()
+    finally:
+        reader.close()
+    assert (pressure.io_some_total_us, pressure.cpu_some_avg10) == (20, 3.5)
+    assert pressure == read_pressure(str(tmp_path))
 
 
 def test_pressure_absent_is_none(tmp_path):
