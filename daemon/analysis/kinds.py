@@ -114,6 +114,7 @@ JOB_WAIT_SOURCES: tuple[tuple[tuple[str, ...], str, str], ...] = (
     (("socket",), "socket", "a socket (a job server or a broker)"),
 )
 JOB_WAIT_ELSE = ("queue", "a queue or a job server")
+SOCKET_JOB_WAIT = f"{JOB_WAIT_MARKER}socket"  # (JOB_WAIT_SOURCES' bare socket)
 JOB_WAIT_FROM = {f"{JOB_WAIT_MARKER}{slug}": words for _, slug, words in
                  (*JOB_WAIT_SOURCES, ((), *JOB_WAIT_ELSE))}
 
@@ -433,7 +434,13 @@ def classify_kind(command: str, facts: KindFacts | None,
         if marker == "generate" and listens:
             kind = ONLINE_INFERENCE  # generating for requests that arrive on its port
         add(kind, FRAME_WEIGHT, f"{marker} frames in its stacks")
-    waits = sorted({JOB_WAIT_FROM[m] for m in recent if m in JOB_WAIT_FROM})
+    # Its TCP connections all go to its own job's GPU processes: a socket wait is a wait for
+    # its peer (phases._waits_for_peer, comm), and one read as a wait for its next job was
+    # sampled before its kind knew that (its first seconds, before a sockets read).
+    peers_only = (facts is not None and facts.job_connections > 0
+                  and facts.outside_connections == 0)
+    waits = sorted({JOB_WAIT_FROM[m] for m in recent if m in JOB_WAIT_FROM
+                    and not (peers_only and m == SOCKET_JOB_WAIT)})
     if waits:
         add(BATCH_INFERENCE, JOB_WAIT_WEIGHT,
             f"waits for its next job from {' and '.join(waits)} in its sampled stacks: a job "
@@ -480,8 +487,7 @@ def classify_kind(command: str, facts: KindFacts | None,
                               "sockets_unknown": unknown, "udp_ports": udp,
                               "unix_listening": unix,
                               "udp_wildcard_ports": facts.udp_wildcard_ports if facts else (),
-                              "job_peers_only": facts is not None and facts.job_connections > 0
-                              and facts.outside_connections == 0,
+                              "job_peers_only": peers_only,
                               "interactive_prompt": facts is not None and facts.prompt in
                               PROMPT_EVIDENCE}
     if ports and facts is not None and facts.first_sockets_read_at is not None:

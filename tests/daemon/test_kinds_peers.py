@@ -250,6 +250,12 @@ def test_a_rank_that_only_connected_to_its_sibling_rank_is_connected_to_its_job_
     assert (facts.job_connections, facts.outside_connections) == (1, 0), facts
     command = "python -c from multiprocessing.spawn import spawn_main"
     assert classify_kind(command, facts, {}, now=NOW, gpu_use="bursty").job_peers_only
+    # A socket wait sampled in its first seconds, before a sockets read found its peer, read
+    # "waiting for its next job": its kind stays training (a CI run read batch_inference).
+    early = classify_kind(command, facts, {"job_wait:socket": NOW}, now=NOW, gpu_use="bursty")
+    assert early.kind == TRAINING and not any("next job" in e for e in early.evidence), early
+    assert classify_kind(command, other, {"job_wait:socket": NOW}, now=NOW,
+                         gpu_use="bursty").kind == "batch_inference"
     assert other is not None and (other.job_connections, other.outside_connections) == (0, 1)
     assert not classify_kind(command, other, {}, now=NOW, gpu_use="bursty").job_peers_only
     served = reader.get(key(listener))  # the rank 0's connection, and the client's
