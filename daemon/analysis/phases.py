@@ -353,18 +353,20 @@ def classify(
         # checkpoint verdict here named `loss.item()` as the checkpoint (probe 144 F4).
         writes_elsewhere = (line_call is not None and line_call[0] == SYNC
                             and not _calls(responsible, SAVE_CALL, source_line))
-        # Likewise a dump caught at such a sync while its GPU was busy: it waits on its GPU's
-        # work there (blocked, spinning in the driver, or runnable again and waiting for a
-        # core: py-spy reads the last two as active), and the CPU its main thread took over
-        # those seconds ran another line (the samples caught running name it); "host compute"
-        # at `loss.item()` named the wait as the tokenizing a loop did between its steps
-        # (probe 144, F3).
+        # A dump caught at any sync while its GPU was busy waits on its GPU's work there
+        # (blocked, spinning in the driver, or runnable again and waiting for a core: py-spy
+        # reads the last two as active): the CPU, reads and writes of those seconds were other
+        # lines' and other threads' (the samples caught there name them), so none of them is a
+        # verdict on it. "Host compute" at `loss.item()` named the wait as the tokenizing a
+        # loop did between its steps (probe 144, F3), and "reading … while the GPU idles" as
+        # the data wait of a job whose worker processes' batches arrive over a pipe, its GPU
+        # 94-99% busy (probe 145, H1).
         waits_on_gpu = (line_call is not None and line_call[0] == SYNC
                         and signals.gpu_busy is True)
-        measured = _from_signals(
+        measured = None if waits_on_gpu else _from_signals(
             frames, signals, responsible, caught_on_cpu=caught,
             in_python=caught and responsible is not None and is_comprehension(responsible),
-            writes_elsewhere=writes_elsewhere, cpu_elsewhere=waits_on_gpu)
+            writes_elsewhere=writes_elsewhere)
         if measured is not None:
             return measured
     child = next((f for f in reversed(called) if is_child_wait(f)), None)
@@ -978,8 +980,7 @@ SAVE_CALL = re.compile(r"\b\w*(save|dump|write|fsync|flush)\w*\(")
 
 def _from_signals(frames: Sequence[Frame], signals: HostSignals, responsible: Frame | None,
                   *, in_python: bool = False, caught_on_cpu: bool = False,
-                  writes_elsewhere: bool = False, cpu_elsewhere: bool = False
-                  ) -> Classification | None:
+                  writes_elsewhere: bool = False) -> Classification | None:
     """What the signals say when the frames named no library: see classify(). `in_python`:
     the stack shows the main thread running Python (a comprehension of the user's, on a CPU):
     host compute, whatever its I/O and on-CPU share over the seconds the signals cover.
@@ -987,8 +988,7 @@ def _from_signals(frames: Sequence[Frame], signals: HostSignals, responsible: Fr
     I/O (a C call such as `out.sort()`): host compute where its process reads too little per
     CPU-second for the reading to be where its time goes (HostSignals.input_read).
     `writes_elsewhere`: its line is a sync that writes nothing, so the writes the signals saw
-    are no verdict on it. `cpu_elsewhere`: the dump caught it at a sync on its busy GPU, so
-    the CPU the signals saw is no verdict on it either."""
+    are no verdict on it."""
     if in_python:  # (no figure in the text: a stack's reasons are counted by their text)
         if _under_no_grad(frames):
             return Classification(
@@ -1019,7 +1019,7 @@ def _from_signals(frames: Sequence[Frame], signals: HostSignals, responsible: Fr
         return Classification(DATA_WAIT, "block I/O wait growing (delay accounting) while the "
                               "GPU idles", responsible)
     cpu = signals.on_cpu
-    if cpu is not None and cpu >= ON_CPU_MIN and not cpu_elsewhere:
+    if cpu is not None and cpu >= ON_CPU_MIN:
         who = "main thread" if signals.main_thread_cpu is not None else "process"
         if _under_no_grad(frames):
             return Classification(

@@ -835,36 +835,39 @@ class Attribution:
             # What a blocked main thread reads, where it is a pipe (read right after the dump:
             # a thread blocked on a pipe stays so): a read in C leaves no Python frame.
             host = replace(host, main_thread_blocked_on=blocked_read(proc.pid))
-        if in_band and host is not None:
+        # In the middle band, or in a window back at or above low_sm_share (one that a dip
+        # opened lasts while its share stays under high_sm_share: a process whose first ticks
+        # read 0 starts in one, and a job steady at 35% never leaves it), its GPU
+        # works a third of the time or more, and the samples are read alike (probe 145, H2).
+        works = in_band or gpu_works
+        where = ("in the middle band" if in_band else
+                 "a window, its SM share back at or above low_sm_share")
+        if works and host is not None:
             host = _weighed_in_band(host, share)
         verdict = classify(result.threads, gpu_busy=False, busy_elsewhere=busy_elsewhere,
                            proc_state=signals.state,
                            iowait_growing=signals.iowait_growing, repeated_leaf=repeated,
                            source_line=source_reader(proc.pid, rights), signals=host)
-        if (in_band or gpu_works) and verdict.phase == IDLE:
-            # In the middle band its GPU works a third of the time or more: a main thread that
-            # waits waits on that work (a kernel, a thread, a peer), and no idle rule may come
-            # of it (a job that sleeps between kernels is throttled, not idle). So in a window
-            # that a dip opened and that lasts while its share stays under high_sm_share: at
-            # or above low_sm_share its GPU works as much (a server answering 10 requests a
-            # second, back at 35% after one tick under 30%, read idle .64 in its select).
-            where = ("in the middle band" if in_band else
-                     "a window, its SM share back at or above low_sm_share")
+        if works and verdict.phase == IDLE:
+            # A main thread that waits waits on that work (a kernel, a thread, a peer), and no
+            # idle rule may come of it (a job that sleeps between kernels is throttled, not
+            # idle; a server answering 10 requests a second, back at 35% after one tick under
+            # 30%, read idle .64 in its select).
             verdict = replace(verdict, phase=COMPUTE, reason=(
                 f"waits while its GPU works ({where}): {verdict.reason}"))
-        elif in_band and verdict.phase == SYNC:
+        elif works and verdict.phase == SYNC:
             # A sync there (`.item()`/`.cpu()` on the user's line, or the same line repeating
             # while the host waits) waits on its own GPU's work: the step's compute. The GPU
             # waits only while the host does something else, and those samples name that line;
             # a healthy scorer whose GPU is never idle read ~90% sync and got "keep values on
-            # the GPU" as the host's top advice.
+            # the GPU" as the host's top advice, and so did a server's `.cpu()` of its answer.
             verdict = replace(verdict, phase=COMPUTE, reason=(
-                "waits on its own GPU's work (in the middle band its GPU works a third of the "
-                f"time or more: the wait is the step's compute, not a stall): {verdict.reason}"))
-        elif in_band and verdict.phase != COMPUTE:
+                f"waits on its own GPU's work ({where}: its GPU works a third of the time or "
+                f"more, so the wait is the step's compute, not a stall): {verdict.reason}"))
+        elif works and verdict.phase != COMPUTE:
             verdict = replace(verdict, reason=(
-                f"{verdict.reason} (in the middle band: its CPU weighed against the time its "
-                "GPU is quiet)"))
+                f"{verdict.reason} ({where}: its CPU weighed against the time its GPU is "
+                "quiet)"))
         shown = verdict.thread or thread
         frames = tuple((f.name, f.filename, f.line) for f in shown.frames)
         return [StackRow(result.ts, proc.pid, proc.start_time, shown.thread_id,
