@@ -200,6 +200,62 @@ def test_a_rank_waiting_for_its_own_peer_is_told_to_find_the_slow_peer_not_to_bu
     assert library.headline.startswith("overlap and bucket collectives"), library.headline
 
 
+def _host_preprocess_in(s, frames, samples=7):
+    """A host_preprocess balance whose top stack has `frames` (leaf first), sampled `samples`
+    times, plus the input-side stack of phases_for's loop (7 samples)."""
+    found = phases_for(s, host_preprocess=0.4)
+    found[pid_id(s)]["host_preprocess"]["top_stacks"].insert(0, {
+        "frames": frames, "file": "/srv/train.py", "line": 17, "function": "dispatch",
+        "samples": samples, "reason": "main thread on-CPU 100% with no I/O while the GPU idles"})
+    return found
+
+
+@pytest.mark.parametrize("frames", [
+    # user code's own modules: a method's qualified name, called from a forward
+    ["/srv/train.py:17 dispatch", "/srv/train.py:40 Linear.__call__",
+     "/srv/train.py:60 Net.forward", "/srv/train.py:88 main"],
+    # PyTorch's: the module call machinery above a layer's Python
+    ["/srv/train.py:17 dispatch",
+     "/usr/lib/python3/site-packages/torch/nn/modules/module.py:1747 Module._call_impl",
+     "/srv/train.py:88 main"],
+    # py-spy without qualified names
+    ["/srv/model.py:31 forward", "/srv/train.py:88 main"],
+])
+def test_host_compute_inside_a_models_forward_is_told_fewer_larger_kernels_not_dataloader(
+        frames):
+    """A launch-bound model: its main thread's CPU goes to Python dispatching many small
+    kernels inside the forward (probe 145 M1 got "move it into DataLoader workers"). No worker
+    can take that over; CUDA graphs, torch.compile or a larger batch do. It counts where most
+    of the phase's samples are in a forward."""
+    s = window()
+    [rec] = by_rule(recs(s, _host_preprocess_in(s, frames, samples=20)),
+                    "main_thread_preprocessing")
+    assert rec.headline.startswith("fewer, larger kernels: CUDA graphs or torch.compile"), \
+        rec.headline
+    patch = rec.action["patch"]
+    assert "torch.compile(model" in patch and "torch.cuda.graph" in patch, patch
+    assert "larger batch" in patch and "DataLoader(" not in patch, patch
+    # A minority of the samples in a forward: the input work still leads.
+    [minority] = by_rule(recs(s, _host_preprocess_in(s, frames, samples=6)),
+                         "main_thread_preprocessing")
+    assert minority.headline.startswith("move it into DataLoader workers"), minority.headline
+
+
+def test_host_compute_outside_a_forward_keeps_the_dataloader_patch_and_says_where_output_work_goes():
+    """Host compute outside any forward (a decode, or metrics on the model's outputs: probe 145
+    M2's argsort AUC after `loss.item()`) keeps the DataLoader-workers advice; the patch says
+    that work on the model's outputs belongs every N steps, on the GPU or on a thread, which no
+    worker can do. A function named like a forward's but not one (`forward_fill`) is not."""
+    s = window()
+    frames = ["/srv/train.py:11 auc", "/srv/train.py:48 forward_fill", "/srv/train.py:88 main"]
+    [rec] = by_rule(recs(s, _host_preprocess_in(s, frames, samples=20)),
+                    "main_thread_preprocessing")
+    assert rec.headline.startswith("move it into DataLoader workers"), rec.headline
+    patch = rec.action["patch"]
+    assert "num_workers=" in patch, patch
+    assert "model's outputs" in patch and "every N steps, on the GPU, or on a thread" in patch, \
+        patch
+
 def test_a_phase_rule_wants_more_than_one_stack_sample():
     """One stray sample of data wait over the 5% line (a fixed loop read ~16 times) is an
     anecdote, not a starved loader; two samples are a finding."""

@@ -260,15 +260,61 @@ def _dataloader_patch(proc: ProcessWindow, a: Analysis, where: str,
             "+                    persistent_workers=True)\n")
 
 
+# A frame of a PyTorch module's call machinery (Module._call_impl, a layer's forward) in a stack.
+_MODULE_FRAME = "torch/nn/modules/"
+
+
+def _in_forward(frame: object) -> bool:
+    """Whether a top stack's frame ("path:line name") is a model's forward: a function named
+    `forward` (a method's qualified name ends in `.forward`), or a frame of torch.nn's modules."""
+    location, _, name = str(frame).rpartition(" ")
+    path = location.rpartition(":")[0].replace("\\", "/")
+    return name == "forward" or name.endswith(".forward") or _MODULE_FRAME in path
+
+
+def _launch_bound(stacks: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether most of the host compute's samples run inside a model's forward: Python
+    dispatching the forward's kernels one by one (a launch-bound model), not input
+    preparation, which DataLoader workers could take over."""
+    inside = sampled = 0
+    for stack in stacks:
+        n = max(int(stack.get("samples") or 0), 1)
+        sampled += n
+        if any(_in_forward(frame) for frame in stack.get("frames") or ()):
+            inside += n
+    return 2 * inside > sampled
+
+
+def _preprocess_headline(stacks: Sequence[Mapping[str, Any]]) -> str:
+    return ("fewer, larger kernels: CUDA graphs or torch.compile" if _launch_bound(stacks)
+            else "move it into DataLoader workers")
+
+
 def _preprocess_patch(proc: ProcessWindow, a: Analysis, where: str,
                       stacks: Sequence[Mapping[str, Any]]) -> str:
+    loop = program_words(proc)[1]
+    if _launch_bound(stacks):
+        return (f"# {where}: {loop} spends this time in the model's forward, launching its "
+                "many small GPU kernels one by one from Python while the GPU waits between "
+                "them.\n"
+                "# No DataLoader worker can take that over: launch fewer, larger kernels.\n"
+                "+model = torch.compile(model, mode=\"reduce-overhead\")  # fuses ops, replays "
+                "the step as a CUDA graph\n"
+                "# or capture the step yourself over static input tensors:\n"
+                "+graph = torch.cuda.CUDAGraph()\n"
+                "+with torch.cuda.graph(graph):\n"
+                "+    static_out = model(static_in)\n"
+                "+...  # each step: static_in.copy_(batch); graph.replay()\n"
+                "# or a larger batch: the same launches then do more work each.\n")
     n = _workers(proc, a)
-    return (f"# {where}: decoding/augmentation runs in {program_words(proc)[1]}'s process.\n"
+    return (f"# {where}: decoding/augmentation runs in {loop}'s process.\n"
             "# Move it into Dataset.__getitem__ (or a transform) and let workers run it:\n"
             f"+loader = DataLoader(dataset, ..., num_workers={n}, pin_memory=True,\n"
             "+                    prefetch_factor=4, persistent_workers=True)\n"
             "# GPU-friendly decoding (torchvision.io.decode_jpeg(device='cuda'), DALI) moves it "
-            "off the CPU entirely.\n")
+            "off the CPU entirely.\n"
+            "# Work on the model's outputs (metrics, logging) cannot go to workers: do it every "
+            "N steps, on the GPU, or on a thread.\n")
 
 
 def _checkpoint_patch(proc: ProcessWindow, a: Analysis, where: str,
@@ -437,9 +483,10 @@ DATALOADER_STARVATION = Rule(
 MAIN_THREAD_PREPROCESSING = Rule(
     "main_thread_preprocessing", "host_preprocess share of the window",
     f"> {HOST_PREPROCESS_SHARE:.0%} (PyTorch profiler)", "phase share, top stacks",
-    "move preprocessing into DataLoader workers", f"process burn x share x {HOURS_PER_MONTH:g} h",
+    "move preprocessing into DataLoader workers; in a model's forward, CUDA graphs or "
+    "torch.compile", f"process burn x share x {HOURS_PER_MONTH:g} h",
     _phase_rule(HOST_PREPROCESS, HOST_PREPROCESS_SHARE, _preprocess_patch,
-                "main-thread preprocessing", "move it into DataLoader workers"))
+                "main-thread preprocessing", _preprocess_headline))
 STORAGE_BOUND = Rule(
     "storage_bound", "iowait / D-state fraction while the GPU is low",
     f"> {IO_STALL_FRACTION:.0%} stalled and > {GPU_LOW_FRACTION:.0%} GPU-low "
