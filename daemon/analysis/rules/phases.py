@@ -122,16 +122,22 @@ def _data_wait_headline(stacks: Sequence[Mapping[str, Any]]) -> str:
     return "prefetch its input in parallel"
 
 
-def _samples_saying(stacks: Sequence[Mapping[str, Any]], words: str) -> tuple[int, int]:
-    """(samples whose reason says `words`, all samples) of a phase's top stacks: each stack
-    counts by its reason (its most frequent)."""
+def _samples_where(stacks: Sequence[Mapping[str, Any]],
+                   test: Callable[[Mapping[str, Any]], bool]) -> tuple[int, int]:
+    """(samples of the stacks that pass `test`, all samples) of a phase's top stacks."""
     said = total = 0
     for stack in stacks:
         n = max(int(stack.get("samples") or 0), 1)
         total += n
-        if words in str(stack.get("reason") or ""):
+        if test(stack):
             said += n
     return said, total
+
+
+def _samples_saying(stacks: Sequence[Mapping[str, Any]], words: str) -> tuple[int, int]:
+    """(samples whose reason says `words`, all samples) of a phase's top stacks: each stack
+    counts by its reason (its most frequent)."""
+    return _samples_where(stacks, lambda stack: words in str(stack.get("reason") or ""))
 
 
 def _cpus_per(cpus: int, gpu_procs: int) -> str:
@@ -276,12 +282,8 @@ def _launch_bound(stacks: Sequence[Mapping[str, Any]]) -> bool:
     """Whether most of the host compute's samples run inside a model's forward: Python
     dispatching the forward's kernels one by one (a launch-bound model), not input
     preparation, which DataLoader workers could take over."""
-    inside = sampled = 0
-    for stack in stacks:
-        n = max(int(stack.get("samples") or 0), 1)
-        sampled += n
-        if any(_in_forward(frame) for frame in stack.get("frames") or ()):
-            inside += n
+    inside, sampled = _samples_where(
+        stacks, lambda stack: any(_in_forward(frame) for frame in stack.get("frames") or ()))
     return 2 * inside > sampled
 
 
