@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 from test_fair_dumps import TokenSampler
@@ -28,13 +29,16 @@ from daemon.store.writer import Store
 
 def run_ticks(attribution: Attribution, sampler: TokenSampler, store: Store, start: float,
               ticks: int, gpus: tuple[GpuSample, ...],
-              processes: tuple[ProcessSample, ...]) -> None:
-    """`ticks` ticks of the same processes, one a second from `start` on the test's clock,
-    each tick's dumps finished before the next; the store closed after."""
+              processes: tuple[ProcessSample, ...]
+              | Callable[[int], tuple[ProcessSample, ...]]) -> None:
+    """`ticks` ticks of the same processes (or those `processes(tick)` gives), one a second
+    from `start` on the test's clock, each tick's dumps finished before the next; the store
+    closed after."""
     async def run() -> None:
         for tick in range(ticks):
             sampler.next_tick(start + tick)
-            attribution.on_tick(Sample(start + tick, tick, gpus=gpus, processes=processes))
+            at = processes(tick) if callable(processes) else processes
+            attribution.on_tick(Sample(start + tick, tick, gpus=gpus, processes=at))
             await attribution.dumps_finished()
         await attribution.stop()
 
@@ -240,18 +244,8 @@ def test_a_wait_in_a_windows_hysteresis_is_compute_never_idle(tmp_path, sampler,
     start = 4000.0
     shares = [10.0] * 4 + [35.0] * 12
 
-    async def run() -> None:
-        for tick, share in enumerate(shares):
-            dumps.next_tick(start + tick)
-            attribution.on_tick(Sample(start + tick, tick, gpus=gpus,
-                                       processes=(server(share),)))
-            await attribution.dumps_finished()
-        await attribution.stop()
-
-    try:
-        asyncio.run(run())
-    finally:
-        store.close()
+    run_ticks(attribution, dumps, store, start, len(shares), gpus,
+              lambda tick: (server(shares[tick]),))
     reader = StoreReader(str(tmp_path / "mlcost.db"))
     try:
         events = queries.events(reader, 0, 1e12)
