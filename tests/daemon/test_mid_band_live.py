@@ -44,6 +44,20 @@ def events_of(daemon: Any) -> dict[str, list[dict[str, Any]]]:
         reader.close()
 
 
+def looked_at(daemon: Any, program_name: str, state: dict[str, Any]) -> dict[str, Any] | None:
+    """The stored phase balance of the GPU process that runs `program_name` ({} before it has
+    one), kept in `state` with its /v1/now entry for a failure's explanation; None while no
+    such process holds a GPU."""
+    procs = [p for p in daemon.now()["processes"]
+             if p.get("gpus") and program_name in p["command"]]
+    if not procs:
+        return None
+    state["proc"] = procs[0]
+    state["balance"] = found = next((b for command, b in balances(daemon.db).items()
+                                     if f"/{program_name}" in command), {})
+    return found
+
+
 def test_a_job_starving_its_gpu_at_half_load_has_its_line_named_a_busy_one_is_not_dumped(
         mlcostd, tmp_path):
     path = scenario_file(tmp_path, [
@@ -119,14 +133,8 @@ def test_a_scorer_waiting_on_its_own_busy_gpu_in_the_band_is_compute_not_a_sync(
 
     def samples_at_least(count: int) -> Callable[[], bool]:
         def enough() -> bool:
-            procs = [p for p in daemon.now()["processes"]
-                     if p.get("gpus") and SCORER in p["command"]]
-            if not procs:
-                return False
-            state["proc"] = procs[0]
-            state["balance"] = found = next(
-                (b for command, b in balances(daemon.db).items() if f"/{SCORER}" in command), {})
-            return sum(sampled(phase) for phase in found.values()) >= count
+            found = looked_at(daemon, SCORER, state)
+            return found is not None and sum(sampled(p) for p in found.values()) >= count
         return enough
 
     def explain() -> str:
@@ -190,15 +198,8 @@ def test_a_job_tokenizing_on_its_main_thread_on_a_loaded_host_is_named_in_the_ba
                        if "middle band" in (stack.get("reason") or ""))
 
         def named() -> bool:
-            procs = [p for p in daemon.now()["processes"]
-                     if p.get("gpus") and TOKENIZER in p["command"]]
-            if not procs:
-                return False
-            state["proc"] = procs[0]
-            state["balance"] = found = next(
-                (b for command, b in balances(daemon.db).items() if f"/{TOKENIZER}" in command),
-                {})
-            if band(found.get("host_preprocess", {})) < TOKENIZER_SAMPLES:
+            found = looked_at(daemon, TOKENIZER, state)
+            if found is None or band(found.get("host_preprocess", {})) < TOKENIZER_SAMPLES:
                 return False
             state["advice"] = advice = advice_by_program(daemon, (TOKENIZER,))[TOKENIZER]
             return any(r.rule == "main_thread_preprocessing" for r in advice)
