@@ -266,24 +266,28 @@ def _dataloader_patch(proc: ProcessWindow, a: Analysis, where: str,
             "+                    persistent_workers=True)\n")
 
 
-# A frame of a PyTorch module's call machinery (Module._call_impl, a layer's forward) in a stack.
-_MODULE_FRAME = "torch/nn/modules/"
+# Frames of a model's step in PyTorch: a module's call machinery (Module._call_impl, a layer's
+# forward) and autograd's backward (Tensor.backward, torch.autograd.backward).
+_MODEL_STEP_PATHS = ("torch/nn/modules/", "torch/autograd/")
+_MODEL_STEP_NAMES = ("forward", "backward")
 
 
-def _in_forward(frame: object) -> bool:
-    """Whether a top stack's frame ("path:line name") is a model's forward: a function named
-    `forward` (a method's qualified name ends in `.forward`), or a frame of torch.nn's modules."""
+def _in_model_step(frame: object) -> bool:
+    """Whether a top stack's frame ("path:line name") is in a model's forward or backward pass:
+    a function named `forward` or `backward` (a method's qualified name ends in `.forward`),
+    or a frame of torch.nn's modules or of autograd."""
     location, _, name = str(frame).rpartition(" ")
     path = location.rpartition(":")[0].replace("\\", "/")
-    return name == "forward" or name.endswith(".forward") or _MODULE_FRAME in path
+    return (name.rpartition(".")[2] in _MODEL_STEP_NAMES
+            or any(part in path for part in _MODEL_STEP_PATHS))
 
 
 def _launch_bound(stacks: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether most of the host compute's samples run inside a model's forward: Python
-    dispatching the forward's kernels one by one (a launch-bound model), not input
+    """Whether most of the host compute's samples run inside a model's forward or backward
+    pass: Python dispatching its kernels one by one (a launch-bound model), not input
     preparation, which DataLoader workers could take over."""
     inside, sampled = _samples_where(
-        stacks, lambda stack: any(_in_forward(frame) for frame in stack.get("frames") or ()))
+        stacks, lambda stack: any(_in_model_step(frame) for frame in stack.get("frames") or ()))
     return 2 * inside > sampled
 
 
@@ -296,9 +300,9 @@ def _preprocess_patch(proc: ProcessWindow, a: Analysis, where: str,
                       stacks: Sequence[Mapping[str, Any]]) -> str:
     loop = program_words(proc)[1]
     if _launch_bound(stacks):
-        return (f"# {where}: {loop} spends this time in the model's forward, launching its "
-                "many small GPU kernels one by one from Python while the GPU waits between "
-                "them.\n"
+        return (f"# {where}: {loop} spends this time in the model's forward or backward "
+                "pass, launching its many small GPU kernels one by one from Python while the "
+                "GPU waits between them.\n"
                 "# No DataLoader worker can take that over: launch fewer, larger kernels.\n"
                 "+model = torch.compile(model, mode=\"reduce-overhead\")  # fuses ops, replays "
                 "the step as a CUDA graph\n"
@@ -485,7 +489,8 @@ DATALOADER_STARVATION = Rule(
 MAIN_THREAD_PREPROCESSING = Rule(
     "main_thread_preprocessing", "host_preprocess share of the window",
     f"> {HOST_PREPROCESS_SHARE:.0%} (PyTorch profiler)", "phase share, top stacks",
-    "move preprocessing into DataLoader workers; in a model's forward, CUDA graphs or "
+    "move preprocessing into DataLoader workers; in a model's forward or backward, CUDA "
+    "graphs or "
     "torch.compile", f"process burn x share x {HOURS_PER_MONTH:g} h",
     _phase_rule(HOST_PREPROCESS, HOST_PREPROCESS_SHARE, _preprocess_patch,
                 "main-thread preprocessing", _preprocess_headline))
