@@ -30,7 +30,8 @@ class ProcFile:
     def read(self, limit: int = 4096) -> bytes:
         """Its first `limit` bytes as they are now. OSError where it cannot be opened or read."""
         if self._fd < 0:
-            self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            # (a kernel file: never a link to follow, as root, to somewhere else)
+            self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         return os.pread(self._fd, limit, 0)
 
     def close(self) -> None:
