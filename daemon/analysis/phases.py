@@ -113,6 +113,9 @@ from daemon.wire import (
 # (daemon.analysis.proc_phases), has a reason that starts with this and one pseudo-frame
 # (daemon.analysis.phase_balance.NO_STACK_FILE).
 NO_STACKS_EVIDENCE = "from /proc, no stacks"
+# How a wait's reason ends where the dump found the GPU idle; the middle band, where the GPU
+# works a third of the time or more, reads the same wait as the step's compute and drops it.
+WITH_GPU_IDLE = " with the GPU idle"
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,7 +405,7 @@ def classify(
                                 source_line)
         if polling is not None:
             return polling
-        return Classification(IDLE, line_call[1] + " with the GPU idle", responsible)
+        return Classification(IDLE, line_call[1] + WITH_GPU_IDLE, responsible)
     if proc_state == "D":
         return Classification(DATA_WAIT, "process in uninterruptible I/O sleep (D state)", responsible)
     if iowait_growing:
@@ -429,7 +432,7 @@ def classify(
                 f".item()/.cpu() leaves no Python frame){_busy_text(signals)}", responsible,
             )
     if thread is not None and not thread.active:
-        return Classification(IDLE, "main thread blocked with the GPU idle", responsible)
+        return Classification(IDLE, "main thread blocked" + WITH_GPU_IDLE, responsible)
     return Classification(UNKNOWN, "host code running while the GPU idles"
                           + _queued_text(signals), responsible)
 

@@ -71,7 +71,7 @@ from daemon.analysis.host_signals import (
 )
 from daemon.analysis.kinds import Kind, frame_markers
 from daemon.analysis.live_phases import LivePhases
-from daemon.analysis.phases import classify, waits_on_data_queue
+from daemon.analysis.phases import WITH_GPU_IDLE, classify, waits_on_data_queue
 from daemon.analysis.proc_phases import classify_from_proc
 from daemon.analysis.proc_phases import where as proc_where
 from daemon.analysis.source_lines import Credentials, credentials, source_reader
@@ -854,7 +854,8 @@ class Attribution:
             # idle; a server answering 10 requests a second, back at 35% after one tick under
             # 30%, read idle .64 in its select).
             verdict = replace(verdict, phase=COMPUTE, reason=(
-                f"waits while its GPU works ({where}): {verdict.reason}"))
+                f"waits while its GPU works ({where}): "
+                f"{verdict.reason.removesuffix(WITH_GPU_IDLE)}"))
         elif works and verdict.phase == SYNC:
             # A sync there (`.item()`/`.cpu()` on the user's line, or the same line repeating
             # while the host waits) waits on its own GPU's work: the step's compute. The GPU

@@ -220,7 +220,21 @@ class SyncingSampler(TokenSampler):
         return DumpResult(pid, self.now, OK, [ThreadStack(1, "MainThread", False, frames)])
 
 
+class BlockedSampler(TokenSampler):
+    """Each dump finds the main thread blocked in C on a user line no rule names (a sleep in
+    an extension, say), a different line each dump (one that repeats reads as a sync):
+    `idle` "main thread blocked with the GPU idle" in a window."""
+
+    async def dump(self, pid: int) -> DumpResult:
+        result = await super().dump(pid)
+        if result.status == RATE_LIMITED:
+            return result
+        frames = (Frame("throttle", USER, 50 + int(self.now) % 4),)
+        return DumpResult(pid, self.now, OK, [ThreadStack(1, "MainThread", False, frames)])
+
+
 @pytest.mark.parametrize("sampler, dipped_phase", [(WaitingSampler, "idle"),
+                                                   (BlockedSampler, "idle"),
                                                    (SyncingSampler, "sync")])
 def test_a_wait_in_a_windows_hysteresis_is_compute_never_idle(tmp_path, sampler, dipped_phase):
     """A server at 35% SM that dipped under low_sm_share for a few ticks: the window stays
@@ -260,3 +274,6 @@ def test_a_wait_in_a_windows_hysteresis_is_compute_never_idle(tmp_path, sampler,
     assert dipped == {dipped_phase}, samples
     assert back and {phase for phase, _ in back} == {"compute"}, samples
     assert all("low_sm_share" in reason for _, reason in back), back
+    # (and no reason says its GPU idles: probe 145, L1, "waits while its GPU works …: sleeping
+    # or waiting: `time.sleep(delay)` with the GPU idle")
+    assert not any("idle" in reason for _, reason in back), back
