@@ -209,11 +209,11 @@ JOB_WEIGHT = 0.5
 # it never served on.
 JOB_WAIT_WEIGHT = 2.0
 SOCKETS_UNKNOWN_EVIDENCE = (
-    "whether it listens on a port is not known: its network namespace's TCP table is longer "
-    "than mlcostd reads (1 MiB, ~6,800 sockets: a busy host, or a user who opened thousands), "
-    "and some of its sockets were not in the part read")
-PARENT_SOCKETS_UNKNOWN = ("whether it listens on a port is not known (its network namespace's "
-                          "TCP table is longer than mlcostd reads)")
+    "whether it listens on a port is not known: a socket table (TCP or UDP) of its network "
+    "namespace is longer than mlcostd reads (1 MiB, thousands of sockets: a busy host, or a "
+    "user who opened thousands), and some of its sockets were not in the part read")
+PARENT_SOCKETS_UNKNOWN = ("whether it listens on a port is not known (a socket table of its "
+                          "network namespace is longer than mlcostd reads)")
 REQUEST_DRIVEN_WEIGHT = 1.0
 
 

@@ -305,6 +305,9 @@ def test_a_cut_udp_table_that_hides_a_listener_leaves_it_unknown(child, monkeypa
         poll(hidden, 60, "the listener's row past the cap", every=0)
         facts = read_kind_facts(pid, time.time())
         assert facts.udp_ports == () and facts.sockets_unknown
+        # (its evidence names no TCP table alone: the table cut was UDP's; probe 146)
+        evidence = classify_kind("python serve.py", facts, {}).evidence
+        assert any("(TCP or UDP)" in e for e in evidence), evidence
         with pytest.raises(actions.ActionError) as refused:
             actions._refuse_a_server(pid, psutil.Process(pid))
         assert refused.value.status == 409 and "may be serving" in str(refused.value)

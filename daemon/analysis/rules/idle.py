@@ -328,10 +328,11 @@ def _look_first_sockets_unknown(proc: ProcessWindow) -> dict[str, object]:
     """Its sockets could not all be read (Kind.sockets_unknown): it may listen on a port no read
     saw, a server waiting for requests. What to look at, never a SIGTERM from here."""
     return {"kind": "copy_commands",
-            "text": f"whether pid {proc.pid} serves is not known (the host's TCP table is longer "
-                    "than mlcostd reads): see what it listens on and who is connected before "
-                    "stopping it",
+            "text": f"whether pid {proc.pid} serves is not known (a socket table, TCP or UDP, "
+                    "is longer than mlcostd reads): see what it listens on and who is connected "
+                    "before stopping it",
             "commands": [f"sudo ss -ltnp | grep 'pid={proc.pid},'  # the ports it listens on",
+                         f"sudo ss -lunp | grep 'pid={proc.pid},'  # its UDP ports",
                          f"sudo ss -tnp | grep 'pid={proc.pid},'  # its connections",
                          f"sudo py-spy dump --pid {proc.pid}"]}
 
@@ -551,7 +552,7 @@ def idle_verdict(proc: ProcessWindow, a: Analysis) -> IdleVerdict:
         return IdleVerdict(
             SOCKETS_UNKNOWN, lambda: _look_first_sockets_unknown(proc),
             lambda: "it may serve: whether it (or its parent) listens on a port is not known "
-                    "(the host's TCP table is longer than mlcostd reads)")
+                    "(a socket table, TCP or UDP, is longer than mlcostd reads)")
     if not waiting:
         return IdleVerdict(
             NO_STACKS, lambda: _look_first(proc),
