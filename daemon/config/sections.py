@@ -276,7 +276,8 @@ class SnapshotsConfig:
     after: float = field(default=60.0, metadata=_meta(
         "...and is taken this long after it", "duration", 0, 3600))
     max_per_hour: float = field(default=4.0, metadata=_meta(
-        "most incident snapshots in any hour (more triggers are logged and skipped); 0: none",
+        "most incident snapshots of one kind (a GPU lost, held idle, ...) in any hour (more "
+        "triggers are logged and skipped); 0: none",
         "number", 0, 120))
     max_total_size: int = field(default=512 << 20, metadata=_meta(
         "the snapshots folder is kept under this size (oldest go first)", "size", 1 << 20,

@@ -9,8 +9,8 @@ it in a thread, one at a time.
 config): a GPU lost, or timing out on most ticks for `gpu_timeout_after`, a host idle
 event, a GPU held idle past `held_idle_after`, a budget crossed, a new recommendation saving at least
 `recommendation_savings` per month. Each takes one snapshot of [trigger - before, trigger +
-after], once `after` has passed; at most `max_per_hour`, the folder kept under `max_total_size`
-and `max_age`. The event and its snapshot point to each other: the event row's `snapshot`
+after], once `after` has passed; at most `max_per_hour` of each kind, the folder kept under
+`max_total_size` and `max_age`. The event and its snapshot point to each other: the event row's `snapshot`
 column (and the live /v1/now event's `snapshot`), the snapshot's `trigger`.
 """
 
@@ -236,7 +236,10 @@ class SnapshotTriggers:
         self._gpu_bad_at: dict[int, float] = {}  # GPU index -> when it was last not ok
         # GPU index -> (its first tick, its recent ticks: (ts, timed out)) for _timing_out
         self._gpu_ticks: dict[int, tuple[float, deque[tuple[float, bool]]]] = {}
-        self._taken_at: deque[float] = deque()
+        # trigger kind -> when its snapshots of the last hour were taken: each kind has its own
+        # [snapshots].max_per_hour, so idle GPUs (any user can hold one) never use up the hour
+        # a lost GPU's snapshot needs (probe 146)
+        self._taken_at: dict[str, deque[float]] = {}
         self._task: asyncio.Task[None] | None = None
         self.by_event: dict[str, str] = {}  # event id -> snapshot path
         self.skipped = 0
@@ -345,14 +348,16 @@ class SnapshotTriggers:
             return
         _, key = min(due)
         _, trigger = self._pending.pop(key)
-        while self._taken_at and now - self._taken_at[0] > 3600:
-            self._taken_at.popleft()
-        if len(self._taken_at) >= self.settings.max_per_hour:
+        taken = self._taken_at.setdefault(trigger["kind"], deque())
+        while taken and now - taken[0] > 3600:
+            taken.popleft()
+        if len(taken) >= self.settings.max_per_hour:
             self.skipped += 1
-            log.warning("incident snapshot skipped (%s): already %d in the last hour "
-                        "([snapshots].max_per_hour)", trigger["reason"], len(self._taken_at))
+            log.warning("incident snapshot skipped (%s): already %d of its kind (%s) in the last "
+                        "hour ([snapshots].max_per_hour)", trigger["reason"], len(taken),
+                        trigger["kind"])
             return
-        self._taken_at.append(now)
+        taken.append(now)
         self._task = asyncio.get_running_loop().create_task(self._take(trigger),
                                                             name="incident-snapshot")
 
@@ -391,8 +396,9 @@ class SnapshotTriggers:
         """An incident snapshot failed (a full disk, most often): tried again later, over the
         same range, up to SNAPSHOT_TRIES in all; then said in health until one is taken. A
         failed try does not count against [snapshots].max_per_hour."""
-        if self._taken_at:
-            self._taken_at.pop()
+        taken = self._taken_at.get(trigger["kind"])
+        if taken:
+            taken.pop()
         tries = int(trigger.get("tries", 1))
         said = " ".join(str(exc).split())[:300]
         if again and tries < SNAPSHOT_TRIES:

@@ -139,6 +139,34 @@ def test_at_most_max_per_hour(tmp_path):
     assert triggers.last is not None and triggers.last["trigger"]["kind"] == "gpu_lost"
 
 
+def test_idle_gpus_do_not_use_up_the_hour_a_lost_gpus_snapshot_needs(tmp_path):
+    """Probe 146: four idle GPU holders (any user can start one) took the hour's 4 snapshots
+    and the next trigger was skipped. Each kind has its own max_per_hour: a GPU lost after
+    three held-idle triggers (two taken, one skipped) is still taken."""
+    daemon = recording_daemon(tmp_path, 5.0, ticks=20)
+    assert daemon.store is not None
+    config = _config(tmp_path, max_per_hour=2, held_idle_after="10s")
+    held = [Event(GPU_HELD_IDLE, f"gpu:{i}", T0 + 2, None, 0.3, {}) for i in range(3)]
+    taken: list[dict] = []
+
+    async def main() -> SnapshotTriggers:
+        triggers = SnapshotTriggers(config, hostname=lambda: "h", clock=lambda: T0 + 10_000,
+                                    on_taken=lambda trigger, result: taken.append(result))
+        for n in range(3):  # each held-idle trigger due in its own tick
+            triggers.on_tick(sample(21 + n), [], held[:n + 1])
+            await _settle(triggers)
+        triggers.on_tick(_lost(24), [], held)
+        await _settle(triggers)
+        await triggers.stop()
+        return triggers
+
+    triggers = asyncio.run(main())
+    daemon.store.close()
+    kinds = [r["trigger"]["kind"] for r in taken]
+    assert kinds.count(GPU_HELD_IDLE) == 2 and triggers.skipped == 1, kinds
+    assert kinds[-1] == "gpu_lost", kinds
+
+
 def test_snapshots_settings_are_checked_with_the_key_and_value(tmp_path):
     for text, expected in (
         ('[snapshots]\nmax_per_hour = -1\n', "[snapshots].max_per_hour = -1"),
