@@ -262,6 +262,56 @@ def test_host_compute_outside_a_forward_keeps_the_dataloader_patch_and_says_wher
     assert "model's outputs" in patch and "every N steps, on the GPU, or on a thread" in patch, \
         patch
 
+@pytest.mark.parametrize("frames", [
+    # probe 147's offload_train.py: Adam in numpy on the loop's thread, in a function `adam`
+    ["/work/probe147/progs/offload_train.py:20 adam",
+     "/work/probe147/progs/offload_train.py:35 main",
+     "/work/probe147/progs/offload_train.py:43 <module>"],
+    # PyTorch's optimizer on CPU tensors (optimizer.step() in the loop)
+    ["/venv/lib/python3.11/site-packages/torch/optim/adam.py:412 _single_tensor_adam",
+     "/venv/lib/python3.11/site-packages/torch/optim/adam.py:223 Adam.step",
+     "/srv/train.py:88 main"],
+    # DeepSpeed's CPU Adam, py-spy without the class
+    ["/venv/lib/python3.11/site-packages/deepspeed/ops/adam/cpu_adam.py:142 step",
+     "/srv/train.py:88 main"],
+    # an optimizer class of the user's own
+    ["/srv/offload.py:30 HostOptimizer.step", "/srv/train.py:88 main"],
+])
+def test_host_compute_in_an_optimizer_step_is_told_to_overlap_it_not_dataloader(frames):
+    """Probe 147 M3a: a ZeRO-offload-like job's Adam in numpy on its main thread got "move it
+    into DataLoader workers". An optimizer step is the step itself: overlap it with the next
+    forward (a delayed parameter update, DeepSpeed's CPU Adam) or keep the optimizer on the
+    GPU. It counts where most of the phase's samples are in an optimizer step."""
+    s = window()
+    [rec] = by_rule(recs(s, _host_preprocess_in(s, frames, samples=20)),
+                    "main_thread_preprocessing")
+    assert rec.headline.startswith("the optimizer step runs on the CPU: overlap it with the "
+                                   "next forward, or keep the optimizer on the GPU"), rec.headline
+    patch = rec.action["patch"]
+    assert "delayed parameter update" in patch and "DeepSpeedCPUAdam" in patch, patch
+    assert "fused=True" in patch and "if its state fits" in patch, patch
+    assert "DataLoader(" not in patch and "num_workers" not in patch, patch
+    [minority] = by_rule(recs(s, _host_preprocess_in(s, frames, samples=6)),
+                         "main_thread_preprocessing")
+    assert minority.headline.startswith("move it into DataLoader workers"), minority.headline
+
+
+@pytest.mark.parametrize("frames", [
+    ["/srv/train.py:11 step", "/srv/train.py:88 main"],          # a loop's own `step`
+    ["/srv/train.py:11 train_step", "/srv/train.py:88 main"],
+    ["/srv/env.py:11 Env.step", "/srv/train.py:88 main"],        # an RL environment's step
+    ["/srv/sched.py:11 _LRScheduler.step", "/srv/train.py:88 main"],
+    ["/srv/train.py:11 decode", "/srv/train.py:88 train_with_optimizer"],
+])
+def test_a_step_that_is_no_optimizers_keeps_the_dataloader_patch(frames):
+    """The optimizer test is bounded: a `step` of the loop, an environment or a scheduler, and a
+    function only called from one named after an optimizer, are no optimizer step."""
+    s = window()
+    [rec] = by_rule(recs(s, _host_preprocess_in(s, frames, samples=20)),
+                    "main_thread_preprocessing")
+    assert rec.headline.startswith("move it into DataLoader workers"), (frames, rec.headline)
+
+
 def test_a_phase_rule_wants_more_than_one_stack_sample():
     """One stray sample of data wait over the 5% line (a fixed loop read ~16 times) is an
     anecdote, not a starved loader; two samples are a finding."""
