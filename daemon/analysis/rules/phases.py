@@ -575,7 +575,8 @@ def check_storage_bound(a: Analysis, rule: Rule) -> list[Finding]:
 DATALOADER_STARVATION = Rule(
     "dataloader_starvation", "data_wait share of the window",
     f"> {DATA_WAIT_SHARE:.0%} (PyTorch profiler)", "phase share, DataLoader top stacks",
-    "prefetch: num_workers, pin_memory, prefetch_factor, persistent_workers",
+    "prefetch: num_workers, pin_memory, prefetch_factor, persistent_workers; input computed "
+    "on the CPU: the next batch during the GPU step, cheaper work",
     f"process burn x share x {HOURS_PER_MONTH:g} h",
     _phase_rule(DATA_WAIT, DATA_WAIT_SHARE, _dataloader_patch, "data wait",
                 _data_wait_headline))
@@ -583,8 +584,8 @@ MAIN_THREAD_PREPROCESSING = Rule(
     "main_thread_preprocessing", "host_preprocess share of the window",
     f"> {HOST_PREPROCESS_SHARE:.0%} (PyTorch profiler)", "phase share, top stacks",
     "move preprocessing into DataLoader workers; in a model's forward or backward, CUDA "
-    "graphs or "
-    "torch.compile", f"process burn x share x {HOURS_PER_MONTH:g} h",
+    "graphs or torch.compile; in an optimizer step on the host, overlap it with the next "
+    "forward or keep the optimizer on the GPU", f"process burn x share x {HOURS_PER_MONTH:g} h",
     _phase_rule(HOST_PREPROCESS, HOST_PREPROCESS_SHARE, _preprocess_patch,
                 "main-thread preprocessing", _preprocess_headline))
 STORAGE_BOUND = Rule(
