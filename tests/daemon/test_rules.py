@@ -910,3 +910,41 @@ def test_a_job_at_work_on_one_gpu_still_has_its_stray_contexts_listed_to_release
     [rec] = by_rule(recs(s, phases_for(s, data_wait=0.10, compute=0.90)), "over_provisioned")
     assert rec.evidence["gpus_used"] == 1
     assert rec.evidence["gpus_held_idle"] == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_a_process_that_barely_uses_one_of_its_two_gpus_is_told_to_rebalance_or_use_fewer():
+    """Probe 147 M2: one process, two pipeline stages, GPU 2 at 93% and GPU 3 at 6% (6 GiB
+    held) for the whole window, and no advice: GPU 3 is above the idle line, and no rule looked
+    at one GPU of a process. The burn showed GPU 3 wasting price x 94%. Now lopsided_gpus names
+    it: rebalance the split or run on fewer GPUs, saving the underused GPU's wasted burn, and
+    offers no kill (the process works)."""
+    utils = [0.0, 0.0, 93.0, 6.0, 0.0, 0.0, 0.0, 0.0]
+    s = window(utils=utils, holders={2: 84.0, 3: 2.0}, mem=6 * GIB)
+    [rec] = by_rule(recs(s), "lopsided_gpus")
+    assert rec.action["kind"] == "advice", rec.action
+    text = rec.action["text"]
+    assert text.startswith("GPU 3 is 6% utilized while GPU 2 is 93%: rebalance the split"), text
+    assert "run it on fewer GPUs" in text and "free GPU 3" in text, text
+    assert "Nothing to stop: pid 42 works" in text, text
+    assert "SIGTERM" not in text and "kill" not in text.lower(), text
+    per_gpu = P4D.per_hour / P4D.gpu_count
+    assert rec.savings_per_month == pytest.approx(per_gpu * 0.94 * 730), rec.method
+    assert rec.scope == {"gpus": [3]}, rec.scope
+    assert rec.evidence["underused_gpus"] == [3] and rec.evidence["busiest_gpu"] == 2
+    assert rec.headline.startswith("rebalance the split or run on fewer GPUs (pid 42: GPU 3 "
+                                   "is 6%, GPU 2 93%)"), rec.headline
+    assert by_rule(recs(s), "idle_gpu_held") == []  # nothing idle to stop
+
+
+@pytest.mark.parametrize("what, utils, holders, extra", [
+    ("both stages busy", [0.0, 0.0, 93.0, 60.0] + [0.0] * 4, {2: 84.0, 3: 50.0}, ()),
+    ("both barely used", [0.0, 0.0, 40.0, 6.0] + [0.0] * 4, {2: 30.0, 3: 2.0}, ()),
+    ("one GPU", [93.0] + [0.0] * 7, {0: 84.0}, ()),
+    # its quiet GPU is shared with another process: that GPU's utilization is not its own
+    ("the quiet GPU shared", [0.0, 0.0, 93.0, 6.0] + [0.0] * 4, {2: 84.0, 3: 2.0},
+     (ProcessSample(77, 99_000.0, 1, "bob", "python serve.py", (GpuUse(3, GIB, 1.0),)),)),
+])
+def test_a_process_that_uses_its_gpus_evenly_or_shares_the_quiet_one_is_not_lopsided(
+        what, utils, holders, extra):
+    s = window(utils=utils, holders=holders, mem=6 * GIB, extra=extra)
+    assert by_rule(recs(s), "lopsided_gpus") == [], what
