@@ -296,6 +296,26 @@ def test_host_compute_in_an_optimizer_step_is_told_to_overlap_it_not_dataloader(
     assert minority.headline.startswith("move it into DataLoader workers"), minority.headline
 
 
+def test_a_data_wait_caught_in_an_optimizer_step_gets_no_prefetch_patch():
+    """Live rerun of probe 147's offload job with the fix: 2 samples read data_wait "blocked
+    on I/O (a thread in D state) while the GPU idles" with its main thread in `adam` (a loaded
+    host, no reads), and dataloader_starvation said "prefetch its input in parallel" at
+    offload_train.py:20. A wait caught inside an optimizer step is no input to prefetch."""
+    s = window()
+    found = phases_for(s, data_wait=0.2)
+    found[pid_id(s)]["data_wait"]["top_stacks"] = [{
+        "frames": ["/work/probe147/progs/offload_train.py:20 adam",
+                   "/work/probe147/progs/offload_train.py:35 main",
+                   "/work/probe147/progs/offload_train.py:43 <module>"],
+        "file": "/work/probe147/progs/offload_train.py", "line": 20, "function": "adam",
+        "samples": 2, "reason": "blocked on I/O (a thread in D state) while the GPU idles"}]
+    assert by_rule(recs(s, found), "dataloader_starvation") == []
+    # the same wait at a line of the loop's own: its input, as before
+    found[pid_id(s)]["data_wait"]["top_stacks"][0]["frames"][0] = (
+        "/work/probe147/progs/offload_train.py:20 load_shard")
+    assert len(by_rule(recs(s, found), "dataloader_starvation")) == 1
+
+
 @pytest.mark.parametrize("frames", [
     ["/srv/train.py:11 step", "/srv/train.py:88 main"],          # a loop's own `step`
     ["/srv/train.py:11 train_step", "/srv/train.py:88 main"],

@@ -76,6 +76,11 @@ def _phase_rule(phase: str, threshold: float, patch: Patch, what: str,
             share, stacks = phase_share(proc, phase)
             if share <= threshold or phase_samples(stacks) < MIN_PHASE_SAMPLES:
                 continue
+            if phase == DATA_WAIT and stacks and _optimizer_on_host(stacks):
+                # Caught in its optimizer step (a thread of it in D state on a loaded host, as
+                # probe 147's CPU Adam was): no input to prefetch; main_thread_preprocessing
+                # advises on the step.
+                continue
             said = headline if isinstance(headline, str) else headline(proc, stacks)
             fix = patch
             if phase == CHECKPOINT and _waits_for_saver(stacks):
