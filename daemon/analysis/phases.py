@@ -47,6 +47,7 @@ from daemon.analysis.host_signals import (
 from daemon.analysis.source_lines import SourceLine, read_source_line
 from daemon.analysis.stack_rules import (
     BOTOCORE_FILES,
+    C_ON_CPU,
     CHILD_WAIT,
     CONTEXT,
     FOLDER_LISTING,
@@ -63,6 +64,7 @@ from daemon.analysis.stack_rules import (
     POLLING_TAKE,
     PROMPT_WAIT,
     PYTHON_ON_CPU,
+    RUNS_OPTIMIZER_STEP,
     SLEEP_CALL,
     SOCKET_READ_CALL,
     SOURCE_CALLS,
@@ -89,6 +91,7 @@ from daemon.analysis.stack_rules import (
     is_socket_frame,
     is_user_code,
     name_matches,
+    optimizer_step,
     process_read,
     rule_for,
     stream_read,
@@ -506,9 +509,14 @@ def _fed_by(threads: Sequence[ThreadStack], main: ThreadStack | None, waiting: s
     is the one responsible: the first that works, or the one holding the GIL where one does
     (py-spy calls a thread waiting for the GIL active too: of two producers decoding in Python,
     the one that runs holds it). None where no other thread works: a process waiting for
-    nothing (a server between requests) is idle."""
+    nothing (a server between requests) is idle. Threads that run the loop's optimizer step
+    (`optimizer_step` frames: a CPU Adam over its shards, as ZeRO-offload's) make no input:
+    they update the parameters after the step. Where only such threads work, the loop waits
+    for host compute of its own step: host_preprocess, named so (RUNS_OPTIMIZER_STEP), never
+    idle."""
     others = (t for t in threads if t is not main)
     found: tuple[ThreadStack, Frame, str] | None = None
+    optimizing: tuple[ThreadStack, Frame, str] | None = None
     for other in islice(others, MAX_THREADS_LOOKED_AT):
         line = user_frame(other.frames)
         if line is None:
@@ -516,10 +524,20 @@ def _fed_by(threads: Sequence[ThreadStack], main: ThreadStack | None, waiting: s
         work = _input_work(other, line, source_line)
         if work is None:
             continue
+        if any(optimizer_step(f.filename, f.name) for f in other.frames):
+            if optimizing is None or work == PYTHON_ON_CPU and optimizing[2] != PYTHON_ON_CPU:
+                optimizing = other, line, work
+            continue
         if found is None or work == PYTHON_ON_CPU:
             found = other, line, work
         if work == PYTHON_ON_CPU:
             break
+    if found is None and optimizing is not None:
+        other, line, work = optimizing
+        name = other.thread_name[:40] if other.thread_name else f"tid {other.thread_id}"
+        return Classification(
+            HOST_PREPROCESS, f"main thread {waiting} while thread {name!r}{RUNS_OPTIMIZER_STEP}"
+            f"{work} ({_where(line)})", line, other)
     if found is None:
         return None
     other, line, work = found
@@ -564,7 +582,7 @@ def _input_work(thread: ThreadStack, line: Frame, source_line: SourceLine | None
         return None
     # Without the GIL it runs C code that released it (zlib, a large numpy op), or it just
     # gave the GIL up: other threads run meanwhile.
-    return PYTHON_ON_CPU if thread.owns_gil else "running on a CPU (py-spy: active)"
+    return PYTHON_ON_CPU if thread.owns_gil else C_ON_CPU
 
 
 def _fed_by_network(threads: Sequence[ThreadStack], main: ThreadStack | None,

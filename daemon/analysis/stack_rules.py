@@ -471,6 +471,43 @@ TIMED_WAIT_CALL = re.compile(r"\btimeout\b")
 # take turns on the GIL) and worker processes can (rules/phases.py's prefetch patch).
 WORKS_ON_INPUT = " works on its input: "
 PYTHON_ON_CPU = "running Python on a CPU, holding the GIL (py-spy)"
+# ... and when py-spy saw it on a CPU without the GIL: C code that released it (a large numpy
+# op, zlib), or Python that just gave it up. Input computed on a CPU, not read.
+C_ON_CPU = "running on a CPU (py-spy: active)"
+# How a host-compute reason says that threads of its own run the loop's optimizer step
+# (phases._fed_by, OPTIMIZER_STEP_FILES/NAMES): parameters updated after the step, no input.
+RUNS_OPTIMIZER_STEP = " runs the optimizer step on a CPU: "
+
+# Frames of an optimizer step (`optimizer_step`): a library's optimizers (PyTorch's, DeepSpeed's
+# CPU Adam and LAMB, apex's, bitsandbytes'), and functions named after one. Bounded on purpose:
+# a loop's own `step` or `train_step` (a forward, a backward, input) is no optimizer step; a
+# method is one where it is `step` of a class named like an optimizer (Optimizer.step,
+# DeepSpeedCPUAdam.step, DeepSpeedZeroOptimizer.step), and a function where its name is an
+# update rule's (`adam`, `_single_tensor_adamw`, `sgd`, `lamb`, `optimizer_step`).
+OPTIMIZER_STEP_FILES = ("*/torch/optim/*", "*/deepspeed/ops/adam/*", "*/deepspeed/ops/lamb/*",
+                        "*/deepspeed/ops/lion/*", "*/apex/optimizers/*",
+                        "*/bitsandbytes/optim/*")
+_UPDATE_RULES = (r"adam|adamw|adamax|nadam|radam|sgd|lamb|lars|lion|adagrad|adadelta|adafactor"
+                 r"|rmsprop")
+OPTIMIZER_STEP_FUNCTION = re.compile(
+    rf"_?(?:(?:single|multi)_tensor_|fused_|cpu_|foreach_)?(?:{_UPDATE_RULES})(?:_step|_update)?"
+    r"|_?(?:optimizer|optim)_step|step_optimizer", re.IGNORECASE)
+OPTIMIZER_CLASS = re.compile(rf".*optim.*|.*(?:{_UPDATE_RULES})", re.IGNORECASE)
+
+
+def optimizer_step(filename: str, name: str) -> bool:
+    """Whether a frame (its file, its function's name as py-spy gives it: `Class.method`,
+    `f.<locals>.g`) is in an optimizer step (OPTIMIZER_STEP_FILES, OPTIMIZER_STEP_FUNCTION, a
+    `step` method of an OPTIMIZER_CLASS)."""
+    path = filename.replace("\\", "/")
+    if any(fnmatchcase(path, glob) for glob in OPTIMIZER_STEP_FILES):
+        return True
+    qualified = name.split(".<locals>.", 1)[0]
+    owner, _, function = qualified.rpartition(".")
+    if OPTIMIZER_STEP_FUNCTION.fullmatch(function):
+        return True
+    return function in ("step", "_step") and bool(owner) and bool(
+        OPTIMIZER_CLASS.fullmatch(owner.rpartition(".")[2]))
 # Reading a bare socket: a handler thread blocked there may be a server waiting for its client's
 # next request, not a reader fetching input (a client library's frames above it say that).
 SOCKET_FILES = ("*/socket.py", "*/ssl.py")

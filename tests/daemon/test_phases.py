@@ -1255,6 +1255,45 @@ def test_a_loop_waiting_on_its_process_pool_executors_results_waits_for_its_work
                     busy_elsewhere=True).phase == "compute"
 
 
+# Probe 147's offload_train.py: a thread of its pool running Adam over a shard in numpy (the GIL
+# released), while the loop waits for it in `f.result()`.
+CPU_ADAM = [("/work/probe147/progs/offload_train.py", "adam", 20),
+            (f"{STDLIB}/concurrent/futures/thread.py", "_WorkItem.run", 58),
+            (f"{STDLIB}/concurrent/futures/thread.py", "_worker", 83), *THREAD_RUN]
+
+
+def test_threads_running_the_optimizer_step_are_not_the_loops_input_nor_idle():
+    """Probe 147 M3b: any working thread counted as work on the loop's input, so a loop waiting
+    for its cpu_adam threads read data_wait ("works on its input") and got a prefetch patch.
+    They update the parameters after the step: host compute of the step (host_preprocess,
+    named so), never idle. A thread that works on input beside them keeps the data wait."""
+    found = classify(threads(FUTURE_WAITS["result"], (CPU_ADAM, True), (CPU_ADAM, True)),
+                     gpu_busy=False, source_line=no_source)
+    assert found.phase == "host_preprocess", found
+    assert stack_rules.RUNS_OPTIMIZER_STEP in found.reason, found.reason
+    assert stack_rules.WORKS_ON_INPUT not in found.reason, found.reason
+    assert found.frame == Frame("adam", "/work/probe147/progs/offload_train.py", 20)
+    assert found.thread is not None and found.thread.thread_name == "worker-2"
+    # a reader beside them: its input, as before
+    fed = classify(threads(FUTURE_WAITS["result"], (CPU_ADAM, True), ([READER_LINE, *THREAD_RUN],
+                                                                      True)),
+                   gpu_busy=False, source_line=no_source)
+    assert fed.phase == "data_wait" and fed.thread is not None, fed
+    assert fed.thread.thread_name == "worker-3", fed
+    # the optimizer threads between steps (blocked): nothing works, a wait as before
+    assert classify(threads(FUTURE_WAITS["result"], (CPU_ADAM, False)), gpu_busy=False,
+                    source_line=no_source).phase == "idle"
+    # a thread in torch.optim's Adam (CPU tensors) is one too; a thread named `step` is not
+    torch_adam = [(f"{SITE}/torch/optim/adam.py", "_single_tensor_adam", 412),
+                  (f"{SITE}/torch/optim/adam.py", "Adam.step", 223),
+                  ("/home/me/offload.py", "update", 12), *THREAD_RUN]
+    assert classify(threads(FUTURE_WAITS["result"], (torch_adam, True)), gpu_busy=False,
+                    source_line=no_source).phase == "host_preprocess"
+    step = [("/home/me/train.py", "step", 12), *THREAD_RUN]
+    assert classify(threads(FUTURE_WAITS["result"], (step, True)), gpu_busy=False,
+                    source_line=no_source).phase == "data_wait"
+
+
 def test_a_future_that_no_pool_works_on_stays_a_wait():
     """A server waiting on a future a request will complete, a job waiting on a remote call:
     nothing of the process makes what it waits for, and it stays what it was (idle)."""

@@ -184,12 +184,96 @@ def test_a_loop_starved_by_a_reader_thread_waiting_on_io_is_told_threads():
     assert "ThreadPoolExecutor(max_workers=" in patch, patch
     assert "threads will do (a read waits outside the GIL)" in patch, patch
     assert "ProcessPoolExecutor" not in patch
-    # no GIL held (C code that released it: zlib, a large numpy op); held in 3 samples of 10
+    # no GIL held (C code that released it: zlib, a large numpy op); held in 3 samples of 10:
+    # a loop that reads its input (5 MB/s from storage) and decompresses it
+    reads = window(proc_kw=lambda i: {"read_bytes": i * 10 * 5_000_000})
     for dumps in ([producers(False, False)] * 10,
                   [producers(False, True)] * 3
                   + [producers(False, False, frames=AUGMENTING[1:])] * 7):
-        [rec] = by_rule(recs(s, data_wait_of(s, dumps)), "dataloader_starvation")
+        [rec] = by_rule(recs(reads, data_wait_of(reads, dumps)), "dataloader_starvation")
         assert "ThreadPoolExecutor" in rec.action["patch"], rec.action["patch"]
+        assert rec.headline.startswith("prefetch its input in parallel"), rec.headline
+
+
+PROBE = "/work/probe147/progs"
+FUTURES = f"{STDLIB}/concurrent/futures"
+POOL_THREAD = (Frame("_WorkItem.run", f"{FUTURES}/thread.py", 58),
+               Frame("_worker", f"{FUTURES}/thread.py", 83), *THREAD_RUN)
+# Probe 147's trainer_threads.py --starved as py-spy dumped it (Python 3.11): the loop in
+# pool.map's iterator, waiting for its 32-thread pool's augmentation (numpy, no GIL held).
+POOL_MAP_LOOP = ThreadStack(1, "MainThread", False, (
+    Frame("Condition.wait", f"{STDLIB}/threading.py", 327),
+    Frame("Future.result", f"{FUTURES}/_base.py", 451),
+    Frame("_result_or_cancel", f"{FUTURES}/_base.py", 317),
+    Frame("Executor.map.<locals>.result_iterator", f"{FUTURES}/_base.py", 619),
+    Frame("main", f"{PROBE}/trainer_threads.py", 56),
+    Frame("<module>", f"{PROBE}/trainer_threads.py", 66)))
+
+
+def intraop(n: int, line: int) -> ThreadStack:
+    return ThreadStack(2 + n, f"intraop_{n}", True,
+                       (Frame("augment", f"{PROBE}/trainer_threads.py", line), *POOL_THREAD),
+                       owns_gil=False)
+
+
+def test_a_loop_starved_by_its_own_augmenting_pool_is_told_the_work_is_cpu_not_a_read():
+    """Probe 147 M4: a host augmentation on a 32-thread pool (numpy, the GIL released), the
+    loop reading 0 bytes, was told "input it reads itself … threads will do (a read waits
+    outside the GIL)" with ThreadPoolExecutor(max_workers=2): it reads nothing, and that pool
+    is smaller than its own. Its threads compute: prepare the next batch during the GPU step,
+    make it cheaper or move it to the GPU, or more cores; no read-ahead, no pool of 2."""
+    s = window()
+    dumps = [[POOL_MAP_LOOP, *(intraop(n, 17 + (k + n) % 3) for n in range(32))]
+             for k in range(10)]
+    [rec] = by_rule(recs(s, data_wait_of(s, dumps)), "dataloader_starvation")
+    assert rec.evidence["where"].startswith(f"{PROBE}/trainer_threads.py:1"), rec.evidence
+    assert rec.headline.startswith("its input is computed on the CPU: prepare the next batch "
+                                   "during the GPU step, or make it cheaper"), rec.headline
+    patch = rec.action["patch"]
+    assert "input its own threads compute on the CPU" in patch, patch
+    assert "reads next to nothing from storage (0.0 MB/s)" in patch, patch
+    assert "ThreadPoolExecutor" not in patch and "reads itself" not in patch, patch
+    assert "Read ahead" not in patch and "max_workers" not in patch, patch
+    assert "while the GPU runs this one" in patch and "on the GPU" in patch, patch
+    assert "more CPU cores" in patch, patch
+
+
+# Probe 147's offload_train.py (ZeRO-offload-like) as py-spy dumped it: the loop in
+# `f.result()` for the 3 cpu_adam threads' Adam over their shards (numpy, the GIL released).
+RESULT_LOOP = ThreadStack(1, "MainThread", False, (
+    Frame("Condition.wait", f"{STDLIB}/threading.py", 327),
+    Frame("Future.result", f"{FUTURES}/_base.py", 451),
+    Frame("main", f"{PROBE}/offload_train.py", 37),
+    Frame("<module>", f"{PROBE}/offload_train.py", 43)))
+
+
+def cpu_adam(n: int, line: int) -> ThreadStack:
+    return ThreadStack(2 + n, f"cpu_adam_{n}", True,
+                       (Frame("adam", f"{PROBE}/offload_train.py", line), *POOL_THREAD),
+                       owns_gil=False)
+
+
+def test_a_loop_waiting_for_its_cpu_adam_threads_is_told_the_optimizer_step_not_prefetch():
+    """Probe 147 M3b: the loop waits in `f.result()` for threads running Adam on its shards;
+    a working thread read as work on its input, and the data wait got "prefetch its input in
+    parallel". Those threads update parameters after the step: host compute of the step, and
+    main_thread_preprocessing says so (overlap the CPU optimizer step with the next forward,
+    or keep it on the GPU), with no DataLoader and no data wait."""
+    s = window()
+    dumps = [[RESULT_LOOP, *(cpu_adam(n, 17 + (k + n) % 4) for n in range(3))]
+             for k in range(10)]
+    phases = data_wait_of(s, dumps, phase="host_preprocess")
+    top = phases[pid_id(s)]["host_preprocess"]["top_stacks"][0]
+    assert "runs the optimizer step on a CPU" in top["reason"], top
+    found = recs(s, phases)
+    assert by_rule(found, "dataloader_starvation") == []
+    [rec] = by_rule(found, "main_thread_preprocessing")
+    assert rec.headline.startswith("the optimizer step runs on the CPU: overlap it with the "
+                                   "next forward, or keep the optimizer on the GPU"), rec.headline
+    patch = rec.action["patch"]
+    assert "optimizer step on the host" in patch and "delayed parameter update" in patch, patch
+    assert "DeepSpeedCPUAdam" in patch and "fused=True" in patch, patch
+    assert "DataLoader(" not in patch and "num_workers" not in patch, patch
 
 
 # As py-spy dumped them (Python 3.11): the loop of tests/daemon/workloads/decode_processes.py in

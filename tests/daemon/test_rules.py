@@ -262,6 +262,76 @@ def test_host_compute_outside_a_forward_keeps_the_dataloader_patch_and_says_wher
     assert "model's outputs" in patch and "every N steps, on the GPU, or on a thread" in patch, \
         patch
 
+@pytest.mark.parametrize("frames", [
+    # probe 147's offload_train.py: Adam in numpy on the loop's thread, in a function `adam`
+    ["/work/probe147/progs/offload_train.py:20 adam",
+     "/work/probe147/progs/offload_train.py:35 main",
+     "/work/probe147/progs/offload_train.py:43 <module>"],
+    # PyTorch's optimizer on CPU tensors (optimizer.step() in the loop)
+    ["/venv/lib/python3.11/site-packages/torch/optim/adam.py:412 _single_tensor_adam",
+     "/venv/lib/python3.11/site-packages/torch/optim/adam.py:223 Adam.step",
+     "/srv/train.py:88 main"],
+    # DeepSpeed's CPU Adam, py-spy without the class
+    ["/venv/lib/python3.11/site-packages/deepspeed/ops/adam/cpu_adam.py:142 step",
+     "/srv/train.py:88 main"],
+    # an optimizer class of the user's own
+    ["/srv/offload.py:30 HostOptimizer.step", "/srv/train.py:88 main"],
+])
+def test_host_compute_in_an_optimizer_step_is_told_to_overlap_it_not_dataloader(frames):
+    """Probe 147 M3a: a ZeRO-offload-like job's Adam in numpy on its main thread got "move it
+    into DataLoader workers". An optimizer step is the step itself: overlap it with the next
+    forward (a delayed parameter update, DeepSpeed's CPU Adam) or keep the optimizer on the
+    GPU. It counts where most of the phase's samples are in an optimizer step."""
+    s = window()
+    [rec] = by_rule(recs(s, _host_preprocess_in(s, frames, samples=20)),
+                    "main_thread_preprocessing")
+    assert rec.headline.startswith("the optimizer step runs on the CPU: overlap it with the "
+                                   "next forward, or keep the optimizer on the GPU"), rec.headline
+    patch = rec.action["patch"]
+    assert "delayed parameter update" in patch and "DeepSpeedCPUAdam" in patch, patch
+    assert "fused=True" in patch and "if its state fits" in patch, patch
+    assert "DataLoader(" not in patch and "num_workers" not in patch, patch
+    [minority] = by_rule(recs(s, _host_preprocess_in(s, frames, samples=6)),
+                         "main_thread_preprocessing")
+    assert minority.headline.startswith("move it into DataLoader workers"), minority.headline
+
+
+def test_a_data_wait_caught_in_an_optimizer_step_gets_no_prefetch_patch():
+    """Live rerun of probe 147's offload job with the fix: 2 samples read data_wait "blocked
+    on I/O (a thread in D state) while the GPU idles" with its main thread in `adam` (a loaded
+    host, no reads), and dataloader_starvation said "prefetch its input in parallel" at
+    offload_train.py:20. A wait caught inside an optimizer step is no input to prefetch."""
+    s = window()
+    found = phases_for(s, data_wait=0.2)
+    found[pid_id(s)]["data_wait"]["top_stacks"] = [{
+        "frames": ["/work/probe147/progs/offload_train.py:20 adam",
+                   "/work/probe147/progs/offload_train.py:35 main",
+                   "/work/probe147/progs/offload_train.py:43 <module>"],
+        "file": "/work/probe147/progs/offload_train.py", "line": 20, "function": "adam",
+        "samples": 2, "reason": "blocked on I/O (a thread in D state) while the GPU idles"}]
+    assert by_rule(recs(s, found), "dataloader_starvation") == []
+    # the same wait at a line of the loop's own: its input, as before
+    found[pid_id(s)]["data_wait"]["top_stacks"][0]["frames"][0] = (
+        "/work/probe147/progs/offload_train.py:20 load_shard")
+    assert len(by_rule(recs(s, found), "dataloader_starvation")) == 1
+
+
+@pytest.mark.parametrize("frames", [
+    ["/srv/train.py:11 step", "/srv/train.py:88 main"],          # a loop's own `step`
+    ["/srv/train.py:11 train_step", "/srv/train.py:88 main"],
+    ["/srv/env.py:11 Env.step", "/srv/train.py:88 main"],        # an RL environment's step
+    ["/srv/sched.py:11 _LRScheduler.step", "/srv/train.py:88 main"],
+    ["/srv/train.py:11 decode", "/srv/train.py:88 train_with_optimizer"],
+])
+def test_a_step_that_is_no_optimizers_keeps_the_dataloader_patch(frames):
+    """The optimizer test is bounded: a `step` of the loop, an environment or a scheduler, and a
+    function only called from one named after an optimizer, are no optimizer step."""
+    s = window()
+    [rec] = by_rule(recs(s, _host_preprocess_in(s, frames, samples=20)),
+                    "main_thread_preprocessing")
+    assert rec.headline.startswith("move it into DataLoader workers"), (frames, rec.headline)
+
+
 def test_a_phase_rule_wants_more_than_one_stack_sample():
     """One stray sample of data wait over the 5% line (a fixed loop read ~16 times) is an
     anecdote, not a starved loader; two samples are a finding."""
@@ -860,3 +930,41 @@ def test_a_job_at_work_on_one_gpu_still_has_its_stray_contexts_listed_to_release
     [rec] = by_rule(recs(s, phases_for(s, data_wait=0.10, compute=0.90)), "over_provisioned")
     assert rec.evidence["gpus_used"] == 1
     assert rec.evidence["gpus_held_idle"] == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_a_process_that_barely_uses_one_of_its_two_gpus_is_told_to_rebalance_or_use_fewer():
+    """Probe 147 M2: one process, two pipeline stages, GPU 2 at 93% and GPU 3 at 6% (6 GiB
+    held) for the whole window, and no advice: GPU 3 is above the idle line, and no rule looked
+    at one GPU of a process. The burn showed GPU 3 wasting price x 94%. Now lopsided_gpus names
+    it: rebalance the split or run on fewer GPUs, saving the underused GPU's wasted burn, and
+    offers no kill (the process works)."""
+    utils = [0.0, 0.0, 93.0, 6.0, 0.0, 0.0, 0.0, 0.0]
+    s = window(utils=utils, holders={2: 84.0, 3: 2.0}, mem=6 * GIB)
+    [rec] = by_rule(recs(s), "lopsided_gpus")
+    assert rec.action["kind"] == "advice", rec.action
+    text = rec.action["text"]
+    assert text.startswith("GPU 3 is 6% utilized while GPU 2 is 93%: rebalance the split"), text
+    assert "run it on fewer GPUs" in text and "free GPU 3" in text, text
+    assert "Nothing to stop: pid 42 works" in text, text
+    assert "SIGTERM" not in text and "kill" not in text.lower(), text
+    per_gpu = P4D.per_hour / P4D.gpu_count
+    assert rec.savings_per_month == pytest.approx(per_gpu * 0.94 * 730), rec.method
+    assert rec.scope == {"gpus": [3]}, rec.scope
+    assert rec.evidence["underused_gpus"] == [3] and rec.evidence["busiest_gpu"] == 2
+    assert rec.headline.startswith("rebalance the split or run on fewer GPUs (pid 42: GPU 3 "
+                                   "is 6%, GPU 2 93%)"), rec.headline
+    assert by_rule(recs(s), "idle_gpu_held") == []  # nothing idle to stop
+
+
+@pytest.mark.parametrize("what, utils, holders, extra", [
+    ("both stages busy", [0.0, 0.0, 93.0, 60.0] + [0.0] * 4, {2: 84.0, 3: 50.0}, ()),
+    ("both barely used", [0.0, 0.0, 40.0, 6.0] + [0.0] * 4, {2: 30.0, 3: 2.0}, ()),
+    ("one GPU", [93.0] + [0.0] * 7, {0: 84.0}, ()),
+    # its quiet GPU is shared with another process: that GPU's utilization is not its own
+    ("the quiet GPU shared", [0.0, 0.0, 93.0, 6.0] + [0.0] * 4, {2: 84.0, 3: 2.0},
+     (ProcessSample(77, 99_000.0, 1, "bob", "python serve.py", (GpuUse(3, GIB, 1.0),)),)),
+])
+def test_a_process_that_uses_its_gpus_evenly_or_shares_the_quiet_one_is_not_lopsided(
+        what, utils, holders, extra):
+    s = window(utils=utils, holders=holders, mem=6 * GIB, extra=extra)
+    assert by_rule(recs(s), "lopsided_gpus") == [], what

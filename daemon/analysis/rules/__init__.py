@@ -42,6 +42,7 @@ RULES: tuple[Rule, ...] = (
     provisioning.SPOT_TRAINING,
     provisioning.STEADY_INFERENCE_COMMITMENT,
     provisioning.UNDERBATCHED_INFERENCE,
+    provisioning.LOPSIDED_GPUS,
     budget.BUDGET_EXCEEDED,
 )
 

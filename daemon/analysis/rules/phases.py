@@ -28,12 +28,14 @@ from daemon.analysis.rules.idle import waits_for_jobs
 from daemon.analysis.rules.thresholds import (
     CHECKPOINT_SHARE,
     COMM_SHARE,
+    COMPUTED_INPUT_SHARE,
     DATA_WAIT_SHARE,
     EVAL_SHARE,
     FED_BY_WORKERS_SHARE,
     GIL_BOUND_SHARE,
     GPU_LOW_FRACTION,
     HOST_PREPROCESS_SHARE,
+    INPUT_READ_MIN_BYTES_PER_S,
     IO_STALL_FRACTION,
     MIN_PHASE_SAMPLES,
     SYNC_SHARE,
@@ -41,11 +43,13 @@ from daemon.analysis.rules.thresholds import (
 )
 from daemon.analysis.rules.window import Analysis, ProcessWindow
 from daemon.analysis.stack_rules import (
+    C_ON_CPU,
     PEER_WAIT,
     PYTHON_ON_CPU,
     WORKER_PROCESSES_FEED_IT,
     WORKS_ON_INPUT,
     name_matches,
+    optimizer_step,
 )
 from daemon.clock import duration
 from daemon.wire import CHECKPOINT, COMM, DATA_WAIT, EVAL, HOST_PREPROCESS, SYNC
@@ -54,10 +58,13 @@ from pricing.offer import HOURS_PER_MONTH
 Patch = Callable[[ProcessWindow, Analysis, str, Sequence[Mapping[str, Any]]], str]
 
 
+Headline = Callable[[ProcessWindow, Sequence[Mapping[str, Any]]], str]
+
+
 def _phase_rule(phase: str, threshold: float, patch: Patch, what: str,
-                headline: str | Callable[[Sequence[Mapping[str, Any]]], str],
-                ) -> Callable[[Analysis, Rule], list[Finding]]:
-    """`headline`: the advice in a few words, or what it is for the phase's top stacks."""
+                headline: str | Headline) -> Callable[[Analysis, Rule], list[Finding]]:
+    """`headline`: the advice in a few words, or what it is for the process and its phase's
+    top stacks."""
     def check(a: Analysis, rule: Rule) -> list[Finding]:
         found = []
         hung = hung_rank_ids(a) if phase == COMM else set()
@@ -69,7 +76,12 @@ def _phase_rule(phase: str, threshold: float, patch: Patch, what: str,
             share, stacks = phase_share(proc, phase)
             if share <= threshold or phase_samples(stacks) < MIN_PHASE_SAMPLES:
                 continue
-            said = headline if isinstance(headline, str) else headline(stacks)
+            if phase == DATA_WAIT and stacks and _optimizer_on_host(stacks):
+                # Caught in its optimizer step (a thread of it in D state on a loaded host, as
+                # probe 147's CPU Adam was): no input to prefetch; main_thread_preprocessing
+                # advises on the step.
+                continue
+            said = headline if isinstance(headline, str) else headline(proc, stacks)
             fix = patch
             if phase == CHECKPOINT and _waits_for_saver(stacks):
                 # It checkpoints asynchronously already. One wait for its saver (the last
@@ -114,11 +126,14 @@ def _waits_on_dataloader(stacks: Sequence[Mapping[str, Any]]) -> bool:
                for frame in stack.get("frames") or ())
 
 
-def _data_wait_headline(stacks: Sequence[Mapping[str, Any]]) -> str:
+def _data_wait_headline(proc: ProcessWindow, stacks: Sequence[Mapping[str, Any]]) -> str:
     if _waits_on_dataloader(stacks) or not stacks:
         return "prefetch in DataLoader workers"
     if _fed_by_workers(stacks):
         return "more worker processes, or faster ones"
+    if _computes_input(proc, stacks):
+        return ("its input is computed on the CPU: prepare the next batch during the GPU step, "
+                "or make it cheaper")
     return "prefetch its input in parallel"
 
 
@@ -152,6 +167,20 @@ def _gil_bound(stacks: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
     pair out (a source file's name after it could: that only turns its own process's advice to
     processes)."""
     return _samples_saying(stacks, f"{WORKS_ON_INPUT}{PYTHON_ON_CPU}")
+
+
+def _computes_input(proc: ProcessWindow, stacks: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the threads feeding the loop compute its input rather than read it: on a CPU
+    (C_ON_CPU or PYTHON_ON_CPU after WORKS_ON_INPUT, as phases._fed_by wrote their reasons) in
+    more than COMPUTED_INPUT_SHARE of its data wait's samples, while the process read less than
+    INPUT_READ_MIN_BYTES_PER_S from storage: an augmentation on a pool of its own (probe 147
+    M4), where a read-ahead reads nothing faster."""
+    if _waits_on_dataloader(stacks) or proc.read_bytes_per_s >= INPUT_READ_MIN_BYTES_PER_S:
+        return False
+    on_cpu, sampled = _samples_where(stacks, lambda stack: any(
+        f"{WORKS_ON_INPUT}{how}" in str(stack.get("reason") or "")
+        for how in (C_ON_CPU, PYTHON_ON_CPU)))
+    return on_cpu > sampled * COMPUTED_INPUT_SHARE
 
 
 def _fed_by_workers(stacks: Sequence[Mapping[str, Any]]) -> bool:
@@ -225,6 +254,30 @@ def _worker_processes_patch(proc: ProcessWindow, a: Analysis, where: str,
     return text
 
 
+def _computed_input_patch(proc: ProcessWindow, a: Analysis, where: str, n: int) -> str:
+    """The patch for a loop whose own threads compute its input on the CPU (_computes_input):
+    the work is CPU-bound, so reading ahead or another pool of threads (a smaller one than it
+    may have) does nothing; overlapping it with the GPU step, cheaper work, the GPU, or more
+    cores do."""
+    gpu_procs = max(len(a.processes), 1)
+    return (f"# {where}: {program_words(proc)[1]} waits here for input its own threads compute "
+            f"on the CPU (decoding, augmenting), and it reads next to nothing from storage "
+            f"({proc.read_bytes_per_s / 1e6:.1f} MB/s): the wait is CPU work, not a read.\n"
+            "# A read-ahead would read nothing faster, and more threads share the same "
+            f"{plural(a.host_cpus, 'CPU')}. Prepare the next batch while the GPU runs this "
+            "one:\n"
+            "+next_batch = pool.submit(make_batch, batch_ids[step + 1])  # runs during the GPU "
+            "step\n"
+            "+loss = train_step(batch)\n"
+            "+batch = next_batch.result()\n"
+            "# or a torch DataLoader over a Dataset that augments one item, ahead of the loop "
+            f"in worker processes:\n# num_workers={n} ({_cpus_per(a.host_cpus, gpu_procs)}), "
+            "pin_memory=True, prefetch_factor=4, persistent_workers=True.\n"
+            "# Or make the work cheaper (fewer or simpler ops, smaller images, uint8 until the "
+            "GPU), run it on the GPU (torchvision.transforms.v2 on CUDA tensors, DALI, "
+            "Kornia), or give it more CPU cores.\n")
+
+
 def _dataloader_patch(proc: ProcessWindow, a: Analysis, where: str,
                       stacks: Sequence[Mapping[str, Any]]) -> str:
     n = _workers(proc, a)
@@ -243,6 +296,8 @@ def _dataloader_patch(proc: ProcessWindow, a: Analysis, where: str,
                 "# or a torch DataLoader over a Dataset that makes one item in __getitem__, "
                 f"with\n# num_workers={n}, pin_memory=True, prefetch_factor=4, "
                 "persistent_workers=True.\n")
+    if stacks and _computes_input(proc, stacks):
+        return _computed_input_patch(proc, a, where, n)
     if stacks and not _waits_on_dataloader(stacks):
         return (f"# {where}: {loop} waits here for input it reads itself "
                 "(on the loop's thread, or from a reader thread that cannot keep up).\n"
@@ -291,7 +346,31 @@ def _launch_bound(stacks: Sequence[Mapping[str, Any]]) -> bool:
     return 2 * inside > sampled
 
 
-def _preprocess_headline(stacks: Sequence[Mapping[str, Any]]) -> str:
+def _in_optimizer_step(frame: object) -> bool:
+    """Whether a top stack's frame ("path:line name") is in an optimizer step
+    (stack_rules.optimizer_step: torch.optim, DeepSpeed's CPU Adam, a function named after an
+    update rule such as `adam`)."""
+    location, _, name = str(frame).rpartition(" ")
+    return optimizer_step(location.rpartition(":")[0], name)
+
+
+def _optimizer_on_host(stacks: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether most of the host compute's samples run an optimizer step on the host (on the
+    loop's thread, or on threads of its own it waits for): the optimizer offloaded to the CPU
+    (ZeRO-offload's CPU Adam) or Python updating parameters, not input preparation."""
+    inside, sampled = _samples_where(
+        stacks, lambda stack: any(_in_optimizer_step(frame)
+                                  for frame in stack.get("frames") or ()))
+    return 2 * inside > sampled
+
+
+OPTIMIZER_ON_HOST = ("the optimizer step runs on the CPU: overlap it with the next forward, or "
+                     "keep the optimizer on the GPU")
+
+
+def _preprocess_headline(proc: ProcessWindow, stacks: Sequence[Mapping[str, Any]]) -> str:
+    if _optimizer_on_host(stacks):
+        return OPTIMIZER_ON_HOST
     return ("fewer, larger kernels: CUDA graphs or torch.compile" if _launch_bound(stacks)
             else "move it into DataLoader workers")
 
@@ -299,6 +378,25 @@ def _preprocess_headline(stacks: Sequence[Mapping[str, Any]]) -> str:
 def _preprocess_patch(proc: ProcessWindow, a: Analysis, where: str,
                       stacks: Sequence[Mapping[str, Any]]) -> str:
     loop = program_words(proc)[1]
+    if _optimizer_on_host(stacks):
+        return (f"# {where}: {loop} spends this time in its optimizer step on the host (an "
+                "optimizer offloaded to the CPU, as ZeRO-offload's, or Python updating the "
+                "parameters), while the GPU waits for the updated parameters.\n"
+                "# No DataLoader worker can take that over: it is the step itself, not its "
+                "input.\n"
+                "# Overlap it with the next forward: update on a thread while the GPU runs the "
+                "next step on the parameters it has (one step stale: ZeRO-offload's delayed "
+                "parameter update), e.g.\n"
+                "+update = pool.submit(cpu_optimizer_step, grads)  # runs during the next "
+                "forward\n"
+                "+loss = model(next_batch); loss.backward()\n"
+                "+update.result()  # then copy the new parameters to the GPU\n"
+                "# or a vectorized CPU optimizer on all cores: DeepSpeed's DeepSpeedCPUAdam "
+                "(zero_optimization.offload_optimizer: {\"device\": \"cpu\", "
+                "\"pin_memory\": true});\n"
+                "# or keep the optimizer on the GPU if its state fits (Adam: 2 floats per "
+                "parameter), fused into a few kernels:\n"
+                "+optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)\n")
     if _launch_bound(stacks):
         return (f"# {where}: {loop} spends this time in the model's forward or backward "
                 "pass, launching its many small GPU kernels one by one from Python while the "
@@ -414,7 +512,7 @@ def _waits_for_peers(stacks: Sequence[Mapping[str, Any]]) -> bool:
     return total > 0 and 2 * said > total
 
 
-def _comm_headline(stacks: Sequence[Mapping[str, Any]]) -> str:
+def _comm_headline(proc: ProcessWindow, stacks: Sequence[Mapping[str, Any]]) -> str:
     return ("find the slow peer, then overlap the exchange" if _waits_for_peers(stacks)
             else "overlap and bucket collectives")
 
@@ -482,7 +580,8 @@ def check_storage_bound(a: Analysis, rule: Rule) -> list[Finding]:
 DATALOADER_STARVATION = Rule(
     "dataloader_starvation", "data_wait share of the window",
     f"> {DATA_WAIT_SHARE:.0%} (PyTorch profiler)", "phase share, DataLoader top stacks",
-    "prefetch: num_workers, pin_memory, prefetch_factor, persistent_workers",
+    "prefetch: num_workers, pin_memory, prefetch_factor, persistent_workers; input computed "
+    "on the CPU: the next batch during the GPU step, cheaper work",
     f"process burn x share x {HOURS_PER_MONTH:g} h",
     _phase_rule(DATA_WAIT, DATA_WAIT_SHARE, _dataloader_patch, "data wait",
                 _data_wait_headline))
@@ -490,8 +589,8 @@ MAIN_THREAD_PREPROCESSING = Rule(
     "main_thread_preprocessing", "host_preprocess share of the window",
     f"> {HOST_PREPROCESS_SHARE:.0%} (PyTorch profiler)", "phase share, top stacks",
     "move preprocessing into DataLoader workers; in a model's forward or backward, CUDA "
-    "graphs or "
-    "torch.compile", f"process burn x share x {HOURS_PER_MONTH:g} h",
+    "graphs or torch.compile; in an optimizer step on the host, overlap it with the next "
+    "forward or keep the optimizer on the GPU", f"process burn x share x {HOURS_PER_MONTH:g} h",
     _phase_rule(HOST_PREPROCESS, HOST_PREPROCESS_SHARE, _preprocess_patch,
                 "main-thread preprocessing", _preprocess_headline))
 STORAGE_BOUND = Rule(

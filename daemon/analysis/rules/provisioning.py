@@ -1,9 +1,13 @@
 """Provisioning rules: an over-provisioned host (shrink to a catalog instance that fits),
 long checkpointed training on on-demand (spot), steady inference (a commitment) and
-underbatched inference (dynamic batching)."""
+underbatched inference (dynamic batching), and a process whose GPUs are used lopsidedly (one
+busy, another barely: rebalance the split or run on fewer GPUs)."""
 
 from __future__ import annotations
 
+import math
+
+from daemon.analysis.cost import gpu_wasted_per_hour
 from daemon.analysis.kinds import BATCH_INFERENCE, NOTEBOOK
 from daemon.analysis.rules.base import (
     UPPER_BOUND,
@@ -17,6 +21,7 @@ from daemon.analysis.rules.base import (
 )
 from daemon.analysis.rules.idle import is_server, signs_of_work
 from daemon.analysis.rules.thresholds import (
+    LOPSIDED_LOW_PCT,
     RIGHTSIZE_CONFIDENT_S,
     SHRINK_HEADROOM,
     SHRINK_MIN_SAVING,
@@ -336,6 +341,74 @@ def check_underbatched(a: Analysis, rule: Rule) -> list[Finding]:
     return found
 
 
+def _lopsided(a: Analysis, proc: ProcessWindow) -> tuple[GpuWindow, list[GpuWindow]] | None:
+    """(its busiest GPU, its GPUs barely used) where the process holds several GPUs, the
+    busiest at or above WELL_USED_UTILIZATION_PCT over the window and not idle at its end, and
+    others below LOPSIDED_LOW_PCT that no other process holds (a shared GPU's utilization is
+    not its own); None otherwise."""
+    if len(proc.gpus) < 2 or proc.seconds < a.limit("idle_held_min_s"):
+        return None
+    by_index = {g.index: g for g in a.gpus}
+    own = [by_index[i] for i in proc.gpus if i in by_index
+           and not math.isnan(by_index[i].utilization_mean)]
+    if len(own) < 2:
+        return None
+    busiest = max(own, key=lambda g: g.utilization_mean)
+    if (busiest.utilization_mean < WELL_USED_UTILIZATION_PCT
+            or busiest.trailing_idle_s >= a.limit("idle_held_min_s")):
+        return None
+    shared = {i for other in a.processes if other.id != proc.id for i in other.gpus}
+    low = [g for g in own if g is not busiest and g.index not in shared
+           and g.utilization_mean < LOPSIDED_LOW_PCT]
+    return (busiest, low) if low else None
+
+
+def check_lopsided_gpus(a: Analysis, rule: Rule) -> list[Finding]:
+    found = []
+    per_gpu = a.price.per_gpu if a.price.gpu_count > 0 else a.price.per_hour / max(
+        len(a.gpus), 1)
+    for proc in a.processes:
+        lopsided = _lopsided(a, proc)
+        if lopsided is None:
+            continue
+        busiest, low = lopsided
+        wasted = [gpu_wasted_per_hour(per_gpu, g.utilization_mean, True, a.idle_utilization_pct)
+                  for g in low]
+        per_hour = math.fsum(wasted)
+        savings = per_hour * HOURS_PER_MONTH
+        lows = " and ".join(f"GPU {g.index}" for g in low)
+        said = ", ".join(f"GPU {g.index} is {g.utilization_mean:.0f}% utilized" for g in low)
+        held = ", ".join(f"{proc.memory_by_gpu.get(g.index, 0) / GIB:.1f} GiB on GPU {g.index}"
+                         for g in low)
+        text = (f"{said} while GPU {busiest.index} is {busiest.utilization_mean:.0f}%: "
+                f"rebalance the split (move layers or work from GPU {busiest.index}'s part to "
+                f"{lows}'s: a pipeline's split point, a device_map), or run it on fewer GPUs "
+                f"(it holds {held}) and free {lows}. Nothing to stop: pid {proc.pid} works.")
+        found.append(rule.make(
+            proc.id,
+            f"{proc.job} (pid {proc.pid}) uses its GPUs lopsidedly over its last "
+            f"{duration(proc.seconds)}: {said} while GPU {busiest.index} is "
+            f"{busiest.utilization_mean:.0f}% — rebalance the split or run on fewer GPUs",
+            savings,
+            " + ".join(f"GPU {g.index}: {money(per_gpu)}/h x (1 - {g.utilization_mean:.0f}%)"
+                       for g in low)
+            + f" = {money(per_hour)}/h wasted x {HOURS_PER_MONTH:g} h/month = "
+            f"{money(savings)}/month; {UPPER_BOUND}",
+            {**process_evidence(a, proc),
+             "gpus": {str(g.index): {"utilization_mean": g.utilization_mean,
+                                     "sm_activity_mean": g.sm_activity_mean,
+                                     "memory_bytes": proc.memory_by_gpu.get(g.index, 0)}
+                      for g in (busiest, *low)},
+             "busiest_gpu": busiest.index, "underused_gpus": [g.index for g in low],
+             "wasted_per_hour": per_hour},
+            {"kind": "advice", "text": text},
+            scope={"gpus": [g.index for g in low]},
+            headline=f"rebalance the split or run on fewer GPUs (pid {proc.pid}: "
+                     f"{said.replace(' utilized', '')}, GPU {busiest.index} "
+                     f"{busiest.utilization_mean:.0f}%)"))
+    return found
+
+
 OVER_PROVISIONED = Rule(
     "over_provisioned", "GPUs used and peak GPU memory vs the catalog",
     f"a fitting instance >= {SHRINK_MIN_SAVING:.0%} cheaper, window >= "
@@ -365,3 +438,10 @@ UNDERBATCHED_INFERENCE = Rule(
     "utilization, SM activity",
     "dynamic batching", f"process burn x (1 - SM activity / utilization) x {HOURS_PER_MONTH:g} h",
     check_underbatched, limits=("shrink_min_window_s",))
+LOPSIDED_GPUS = Rule(
+    "lopsided_gpus", "utilization of each GPU a process holds",
+    f"one >= {WELL_USED_UTILIZATION_PCT:g}%, another held by it alone < {LOPSIDED_LOW_PCT:g}%",
+    "each GPU's utilization, SM activity and the memory it holds there",
+    "rebalance the split across its GPUs, or run on fewer GPUs",
+    f"the underused GPUs' wasted burn (price x (1 - utilization)) x {HOURS_PER_MONTH:g} h",
+    check_lopsided_gpus, limits=("idle_held_min_s",))

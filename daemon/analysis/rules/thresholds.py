@@ -29,6 +29,19 @@ GIL_BOUND_SHARE = 0.5
 # loop (a multiprocessing Pool, a queue its children fill) in more than this share of its data
 # wait's samples (our choice: most of them, as above).
 FED_BY_WORKERS_SHARE = 0.5
+# It says the loop's input is computed, not read (prepare the next batch during the GPU step,
+# make the work cheaper or move it to the GPU; no read-ahead, no smaller pool), where the
+# threads feeding it ran on a CPU in more than this share of its data wait's samples (our
+# choice: most of them, as above) and the process read less than INPUT_READ_MIN_BYTES_PER_S
+# from storage over the window (our choice: 1 MB/s, a trickle next to any loader that reads its
+# batches from disk; probe 147's pool-augmenting trainer read 0).
+COMPUTED_INPUT_SHARE = 0.5
+INPUT_READ_MIN_BYTES_PER_S = 1e6
+# A process that holds several GPUs is lopsided where one of them, held by it alone, is below
+# this utilization (our choice: a quarter) while another of its GPUs is at or above
+# WELL_USED_UTILIZATION_PCT over the window: a pipeline split with too little on one stage, a
+# model copy nobody calls, a stray context (probe 147: 93% and 6%).
+LOPSIDED_LOW_PCT = 25.0
 # Same PyTorch profiler rule: with num_workers=0 the loading runs in the main process.
 HOST_PREPROCESS_SHARE = 0.05
 # SageMaker Debugger IOBottleneck: iowait > 50% while the GPU is low for > 50% of the time.
