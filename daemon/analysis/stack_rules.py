@@ -508,6 +508,8 @@ def optimizer_step(filename: str, name: str) -> bool:
         return True
     return function in ("step", "_step") and bool(owner) and bool(
         OPTIMIZER_CLASS.fullmatch(owner.rpartition(".")[2]))
+
+
 # Reading a bare socket: a handler thread blocked there may be a server waiting for its client's
 # next request, not a reader fetching input (a client library's frames above it say that).
 SOCKET_FILES = ("*/socket.py", "*/ssl.py")
