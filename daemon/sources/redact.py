@@ -40,7 +40,10 @@ What is hidden:
   `sig=`, `X-Amz-Signature=`, `X-Goog-Signature=`, `key=`), connection-string keys (Azure
   `AccountKey=`, `SharedAccessKey=`, `Password=`, ODBC `Pwd=`);
 - bearer and basic authorization values (in an argv also where the scheme is an argument of its
-  own: `Authorization: Bearer TOKEN` unquoted, `--auth Bearer TOKEN`);
+  own: `Authorization: Bearer TOKEN` unquoted, `--auth Bearer TOKEN`); after an authorization
+  header's name with or without a space (`Authorization:Bearer TOKEN`, `authorization: token
+  TOKEN`, GitHub's scheme), the scheme stays and the credential goes, in an argv also where it is
+  the next argument (`Authorization:Bearer` `TOKEN`);
 - tokens recognised by their shape alone: JWTs, GitHub (`ghp_`, `gho_`, ..., `github_pat_`),
   GitLab (`glpat-` and kin), Slack (`xoxb-`, `xapp-`, webhook URLs), Hugging Face (`hf_`,
   `api_org_`), OpenAI-style `sk-` (and Anthropic `sk-ant-`), Stripe, npm, PyPI, AWS access key
@@ -108,6 +111,9 @@ SECRET_ANNOUNCERS = frozenset({"token", "password", "passwd", "passphrase", "sec
 # An authorization's scheme: the credential is the word after it, also as an argument of its own
 # (`curl -H Authorization: Bearer TOKEN` unquoted, `--auth Bearer TOKEN`); the scheme is kept.
 AUTH_SCHEMES = frozenset({"bearer", "basic", "digest"})
+# After an authorization header's name a scheme may also be one of these (`Authorization: token
+# X` is GitHub's form, `Negotiate`/`NTLM` carry base64); elsewhere a bare `token` is no scheme.
+AUTHORIZATION_SCHEMES = AUTH_SCHEMES | {"token", "negotiate", "ntlm"}
 # Negated boolean flags (`--no-auth`) take no value.
 _NEGATION = re.compile(r"(?i)^(?:no|disable|skip|without)[-_]")
 
@@ -159,6 +165,19 @@ _VALUE = re.compile(r"\"[^\"]*\"?|'[^']*'?|[^\s\"']+")
 _QUOTED_PAIR = re.compile(r"(?P<key>[\"'](?P<name>[^\"'\s]{1,64})[\"']\s*:\s*[\"'])"
                           r"(?P<value>(?:[^\"'\\]|\\.)*)")
 _AUTHORIZATION = re.compile(r"(?i)\b(?P<scheme>bearer|basic|digest)(?P<space>\s+)[^\s\"',]+")
+# An authorization header's name and sign, with or without a space (`Authorization:Bearer X`,
+# `authorization: token X`, `"Authorization": "Bearer X"`, `HTTP_AUTHORIZATION=Basic X`): its
+# scheme (AUTHORIZATION_SCHEMES) stays and the credential after it goes, or the whole value
+# where it has no scheme. Starts at the literal name; what it repeats ends where a run ends.
+_AUTHORIZATION_NAMED = re.compile(
+    r"(?i)authorization[\"']?[^\S\r\n]*[:=][^\S\r\n]*[\"']?"
+    r"(?:(?P<scheme>bearer|basic|digest|token|negotiate|ntlm)\b(?P<space>[^\S\r\n]*))?"
+    r"(?P<value>[^\s\"',]+)?")
+# An argument that ends in an authorization's name and scheme (`Authorization:Bearer`,
+# `-HAuthorization: token`): the credential is the next argument.
+_AUTHORIZATION_SCHEME_LAST = re.compile(
+    r"(?i)authorization[\"']?[^\S\r\n]*[:=][^\S\r\n]*[\"']?"
+    r"(?:bearer|basic|digest|token|negotiate|ntlm)[\"']?$")
 # A header argument: `X-Api-Key: value`, `Authorization: token value`, `Cookie: a=b`.
 _HEADER = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9-]*)(?P<sep>:\s+)(?P<value>.+)$", re.S)
 _TOKENS = re.compile(
@@ -222,8 +241,8 @@ def redacted_words(argv: list[str] | tuple[str, ...]) -> list[str]:
         own = programs.word(word) if programs.program is not None or word in PROGRAM_OPTIONS \
             or "/" in word and word.rpartition("/")[2] in PROGRAM_OPTIONS else None  # (fast)
         if hide_next:
-            scheme = previous.lower() in AUTH_SCHEMES
-            if word == "--" and not scheme or word.lower() in AUTH_SCHEMES and not scheme \
+            scheme = previous.lower() in AUTHORIZATION_SCHEMES
+            if word == "--" and not scheme or _is_scheme(word, previous) and not scheme \
                     and index + 1 < len(argv):
                 # `--password -- VALUE`: the end of options, then the value; `Authorization:
                 # Bearer TOKEN`: the scheme, then the credential
@@ -255,7 +274,10 @@ def redacted_words(argv: list[str] | tuple[str, ...]) -> list[str]:
         hide_next = (_is_secret_flag(word) or word == "-P" or lower in SECRET_ANNOUNCERS
                      or lower in AUTH_SCHEMES
                      # `--api-key= VALUE`, `PASSWORD: VALUE`: the name and its sign, alone
-                     or len(word) > 1 and word[-1] in "=:" and is_secret_name(word[:-1]))
+                     or len(word) > 1 and word[-1] in "=:" and is_secret_name(word[:-1])
+                     # `Authorization:Bearer TOKEN`: the name and scheme, then the credential
+                     or "authorization" in lower
+                     and _AUTHORIZATION_SCHEME_LAST.search(word) is not None)
         previous = word
         words.append(_redact_header(word) + cut)
     return words
@@ -553,16 +575,35 @@ def _is_secret_flag(word: str) -> bool:
         and re.fullmatch(r"-{1,2}[A-Za-z0-9_.-]+", word) is not None and is_secret_name(word)
 
 
+def _is_scheme(word: str, previous: str) -> bool:
+    """Whether an argument after a secret's name is an authorization's scheme, kept (the
+    credential is the argument after it): `Bearer` after `--auth`, `token` after
+    `Authorization:`."""
+    lower = word.lower()
+    return lower in AUTH_SCHEMES or lower in AUTHORIZATION_SCHEMES \
+        and previous.lower().rstrip(":= ").endswith("authorization")
+
+
+_HEADER_SCHEME = re.compile(r"(?i)(?P<scheme>bearer|basic|digest|token|negotiate|ntlm)"
+                            r"(?:(?P<space>\s+)(?=\S)|$)")
+
+
 def _redact_header(word: str) -> str:
-    """`X-Api-Key: value`, `Authorization: Bearer value`, `Cookie: a=b` hide the value; any
-    other argument goes through redact_text."""
+    """`X-Api-Key: value`, `Authorization: Bearer value`, `Cookie: a=b` hide the value (an
+    authorization's scheme stays, `token` too after `Authorization`; a scheme alone, its
+    credential the next argument, stays as it is); any other argument goes through
+    redact_text."""
     header = _HEADER.match(word)
     if header is not None:
         name = header.group("name")
         if is_secret_name(name) or name.lower() in ("cookie", "set-cookie", "private-token"):
-            scheme = _AUTHORIZATION.match(header.group("value"))
-            kept = scheme.group("scheme") + " " if scheme else ""
-            return name + header.group("sep") + kept + REDACTED
+            scheme = _HEADER_SCHEME.match(header.group("value"))
+            if scheme is not None and (scheme.group("scheme").lower() in AUTH_SCHEMES
+                                       or name.lower().endswith("authorization")):
+                if not scheme.group("space"):
+                    return word  # `Authorization: Bearer`, then the credential
+                return name + header.group("sep") + scheme.group("scheme") + " " + REDACTED
+            return name + header.group("sep") + REDACTED
     return redact_text(word)
 
 
@@ -603,6 +644,8 @@ def redact_text(text: str) -> str:
     text = without_url_credentials(text)
     text = _SLACK_WEBHOOK.sub(lambda m: m.group(1) + REDACTED, text)
     text = _PARAMETER.sub(_parameter, text)
+    if "authorization" in text.lower():
+        text = _AUTHORIZATION_NAMED.sub(_authorization_named, text)
     text = _QUOTED_PAIR.sub(_quoted_pair, text)
     text = _assignments(text)
     text = _flag_values(text)
@@ -618,6 +661,14 @@ def _parameter(match: re.Match[str]) -> str:
 def _authorization(match: re.Match[str]) -> str:
     value = match.group(0)[match.end("space") - match.start():]
     return match.group("scheme") + match.group("space") + _hide(value, lambda: _window(match))
+
+
+def _authorization_named(match: re.Match[str]) -> str:
+    value = match.group("value")
+    if not value:
+        return match.group(0)
+    return match.group(0)[:match.start("value") - match.start()] + _hide(
+        value, lambda: _before(match.string, match.start("value")))
 
 
 def _before(text: str, at: int) -> str:
@@ -721,7 +772,11 @@ def _assignments(text: str) -> str:
             end = value.end() if value is not None else value_at
             out.append(text[done:value_at])
             hidden = text[value_at:end]
-            if hidden and hidden[0] in _QUOTES:  # `login(password='x')`: the quotes stay
+            if hidden.lower() in AUTHORIZATION_SCHEMES and key.lower().endswith("authorization"):
+                # `Authorization:Bearer <redacted>`: the scheme stays (_AUTHORIZATION_NAMED hid
+                # the credential after it; at the text's end it is the next argument)
+                out.append(hidden)
+            elif hidden and hidden[0] in _QUOTES:  # `login(password='x')`: the quotes stay
                 closed = len(hidden) > 1 and hidden[-1] == hidden[0]
                 out.append(hidden[0] + REDACTED + (hidden[0] if closed else ""))
             else:  # `login(password=x)`, `f(token=x, y)`: the closing punctuation stays

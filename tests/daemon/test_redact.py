@@ -141,6 +141,47 @@ def test_an_authorizations_scheme_stays_and_its_credential_goes_as_in_a_text():
     assert redact_argv(["x", "--password", "basic"]) == f"x --password {REDACTED}"
 
 
+@pytest.mark.parametrize("argv, shown", [
+    # probe F1: with no space after the name's `:` only the scheme was hidden, not the token
+    (["curl", "-H", "Authorization:Bearer Zq7xK9mWp2VbN4rT", "https://api.x"],
+     f"curl -H Authorization:Bearer {REDACTED} https://api.x"),
+    (["curl", "-H", "authorization:Bearer Zq7xK9mWp2VbN4rT"],
+     f"curl -H authorization:Bearer {REDACTED}"),
+    (["curl", "-H", "Authorization:Token Zq7xK9mWp2VbN4rT"],
+     f"curl -H Authorization:Token {REDACTED}"),
+    # the name and scheme one argument, the credential the next
+    (["curl", "-H", "Authorization:Bearer", "Zq7xK9mWp2VbN4rT"],
+     f"curl -H Authorization:Bearer {REDACTED}"),
+    (["curl", "-H", "Authorization: Bearer", "Zq7xK9mWp2VbN4rT"],
+     f"curl -H Authorization: Bearer {REDACTED}"),
+    (["curl", "-HAuthorization:Bearer", "Zq7xK9mWp2VbN4rT"],
+     f"curl -HAuthorization:Bearer {REDACTED}"),
+    # GitHub's `token` scheme stays after an authorization's name, as Bearer does
+    (["curl", "-H", "Authorization: token Zq7xK9mWp2VbN4rT"],
+     f"curl -H Authorization: token {REDACTED}"),
+    (["curl", "-H", "Authorization:", "token", "Zq7xK9mWp2VbN4rT"],
+     f"curl -H Authorization: token {REDACTED}"),
+    (["env", "HTTP_AUTHORIZATION=Basic Zq7xK9mWp2VbN4rT"],
+     f"env HTTP_AUTHORIZATION=Basic {REDACTED}"),
+])
+def test_an_authorizations_credential_goes_whatever_the_space_after_its_name(argv, shown):
+    assert redact_argv(argv) == shown
+    assert redact_text(shown) == shown
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("curl -H authorization:Bearer Zq7xK9mWp2VbN4rT https://x",
+     f"curl -H authorization:Bearer {REDACTED} https://x"),
+    ("curl -H 'Authorization: token Zq7xK9mWp2VbN4rT' https://x",
+     f"curl -H 'Authorization: token {REDACTED}' https://x"),
+    ("x=$(curl -H Authorization:Token Zq7xK9mWp2VbN4rT)",
+     f"x=$(curl -H Authorization:Token {REDACTED})"),
+])
+def test_an_authorizations_credential_goes_in_a_text(text, shown):
+    assert redact_text(text) == shown
+    assert redact_text(shown) == shown
+
+
 def test_redaction_is_stable_when_applied_twice():
     argv = ["train.py", "--token", "abc", PEM, "HF_TOKEN=hf_abcdefghijklmnopqrstuv"]
     once = redact_argv(argv)
