@@ -30,6 +30,10 @@ What is hidden:
   `/srv/password=VALUE`, a file a process named), quoted (`--password='a b'`,
   `HF_TOKEN="VALUE"`, `login(password='VALUE')`), `--api-key= VALUE`, `PASSWORD: VALUE`,
   `"secret": "VALUE"`, `X-Api-Key: VALUE`;
+- in an argv, in a program's code (the argument after an option of CODE_OPTIONS: `python -c`,
+  `node -e`, `perl -e`, whatever the program) and in any argument with a space, tab or new line
+  in it (a shell's `-c` text, a config), what `redact_code` hides too:
+  `os.environ['HF_TOKEN']='VALUE'`, `openai.api_key = 'VALUE'`, `token: str = 'VALUE'`;
 - a program's own password options (PROGRAM_OPTIONS), separate, glued or after `=`:
   `curl -u user:PASSWORD` (`--user`, `-uuser:PASSWORD`, `-fsSLu`; `-U`, `-E file:PASSWORD`,
   `--oauth2-bearer`, `-b name=VALUE`), `sshpass -p PASSWORD`, `redis-cli -a PASSWORD`
@@ -278,9 +282,24 @@ def redacted_words(argv: list[str] | tuple[str, ...]) -> list[str]:
                      # `Authorization:Bearer TOKEN`: the name and scheme, then the credential
                      or "authorization" in lower
                      and _AUTHORIZATION_SCHEME_LAST.search(word) is not None)
+        shown = word
+        if "=" in word and (previous in CODE_OPTIONS or " " in word or "\n" in word
+                            or "\t" in word):
+            # a program's code or a text (`python -c "os.environ['HF_TOKEN'] = 'x'"`, a shell's
+            # `-c`, a config): the code forms too (every one of them has a `=`)
+            shown = _CODE_ASSIGNMENT.sub(_code_value, word)
         previous = word
-        words.append(_redact_header(word) + cut)
+        words.append(_redact_header(shown) + cut)
     return words
+
+
+# Options whose value is a program's code, whatever the program: `python -c`, `node -e` and
+# `--eval`, `node -p`, `perl -e` and `-E`, `ruby -e`, `php -r`, `Rscript -e`, `julia -e`.
+# Any program's: an interpreter goes by many names (python3.11, pypy3, a venv's or conda's
+# path, behind sudo, env, docker exec or kubectl exec), and the code forms hide only a
+# secret-looking name's value given with `=`, so the value of another program's `-c` or `-e`
+# (a config path, a port, a pattern) passes as it was.
+CODE_OPTIONS = frozenset({"-c", "--command", "-e", "-E", "--eval", "-p", "--print", "-r"})
 
 
 # What of a program's option's value is secret: all of it (`sshpass -p PASSWORD`), what follows
@@ -575,6 +594,17 @@ def _is_secret_flag(word: str) -> bool:
         and re.fullmatch(r"-{1,2}[A-Za-z0-9_.-]+", word) is not None and is_secret_name(word)
 
 
+def _is_kept_scheme(name: str, text: str, start: int, end: int) -> bool:
+    """Whether text[start:end], a secret name's value, is an authorization's scheme, which
+    stays (redact_text hides the credential after it): any scheme after an authorization's name
+    (`Authorization:Bearer`, `HTTP_AUTHORIZATION=token`), or `Bearer`, `Basic`, `Digest` with a
+    credential after it (`--auth=Bearer TOKEN`); `--password=basic` alone is a password."""
+    value = text[start:end].lower()
+    if value in AUTHORIZATION_SCHEMES and name.lower().endswith("authorization"):
+        return True
+    return value in AUTH_SCHEMES and _AUTHORIZATION.match(text, start) is not None
+
+
 def _is_scheme(word: str, previous: str) -> bool:
     """Whether an argument after a secret's name is an authorization's scheme, kept (the
     credential is the argument after it): `Bearer` after `--auth`, `token` after
@@ -631,7 +661,8 @@ def redact_code(line: str) -> str:
 
 def _code_value(match: re.Match[str]) -> str:
     name = match.group("name") or match.group("key")
-    if not match.group("value") or not is_secret_name(name):
+    if not match.group("value") or not is_secret_name(name) \
+            or _is_kept_scheme(name, match.string, match.start("value"), match.end("value")):
         return match.group(0)
     return match.group(0)[:match.start("value") - match.start()] + REDACTED
 
@@ -772,9 +803,10 @@ def _assignments(text: str) -> str:
             end = value.end() if value is not None else value_at
             out.append(text[done:value_at])
             hidden = text[value_at:end]
-            if hidden.lower() in AUTHORIZATION_SCHEMES and key.lower().endswith("authorization"):
-                # `Authorization:Bearer <redacted>`: the scheme stays (_AUTHORIZATION_NAMED hid
-                # the credential after it; at the text's end it is the next argument)
+            if _is_kept_scheme(key, text, value_at, end):
+                # `Authorization:Bearer <redacted>`, `--auth=Bearer <redacted>`: the scheme
+                # stays, the credential after it is hidden (_AUTHORIZATION_NAMED,
+                # _AUTHORIZATION; at the text's end it is the next argument)
                 out.append(hidden)
             elif hidden and hidden[0] in _QUOTES:  # `login(password='x')`: the quotes stay
                 closed = len(hidden) > 1 and hidden[-1] == hidden[0]

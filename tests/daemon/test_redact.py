@@ -176,10 +176,45 @@ def test_an_authorizations_credential_goes_whatever_the_space_after_its_name(arg
      f"curl -H 'Authorization: token {REDACTED}' https://x"),
     ("x=$(curl -H Authorization:Token Zq7xK9mWp2VbN4rT)",
      f"x=$(curl -H Authorization:Token {REDACTED})"),
+    # a scheme after any secret name with `=`: it stays, the credential goes
+    ("serve --auth=Bearer Zq7xK9mWp2VbN4rT --port 80", f"serve --auth=Bearer {REDACTED} --port 80"),
 ])
 def test_an_authorizations_credential_goes_in_a_text(text, shown):
     assert redact_text(text) == shown
     assert redact_text(shown) == shown
+
+
+@pytest.mark.parametrize("argv, secret", [
+    # probe F2: the code forms redact_code hides, in an interpreter's code argument
+    (["python", "-c", "import os; os.environ['HF_TOKEN']='pyEnvSecret'; import train"],
+     "pyEnvSecret"),
+    (["python", "-c", "import openai; openai.api_key = 'pyAttrSecret'"], "pyAttrSecret"),
+    (["python3.11", "-c", "import os;os.environ[\"HF_TOKEN\"]=\"noSpaceSecret\""],
+     "noSpaceSecret"),
+    (["/opt/conda/bin/pypy3", "-c", "token: str = 'annotatedSecret'"], "annotatedSecret"),
+    (["node", "-e", "const token = 'nodeSecret'"], "nodeSecret"),
+    (["node", "--eval", "process.env['API_KEY']='nodeEnvSecret'"], "nodeEnvSecret"),
+    (["perl", "-e", 'my $password = "perlSecret"; print 1'], "perlSecret"),
+    (["ruby", "-e", "ENV['DB_PASSWORD']='rubySecret'"], "rubySecret"),
+    # whatever runs the interpreter: a shell's text, a wrapper
+    (["bash", "-c", "python -c \"import openai; openai.api_key = 'nestedSecret'\""],
+     "nestedSecret"),
+    (["sudo", "-u", "ml", "python3", "-c", "if token == 'cmpSecret': pass"], "cmpSecret"),
+])
+def test_secrets_in_a_programs_code_argument_are_hidden(argv, secret):
+    line = redact_argv(argv)
+    assert secret not in line and REDACTED in line, line
+    assert redact_text(line) == line
+
+
+@pytest.mark.parametrize("argv", [
+    ["python", "-c", "import time\nwhile True: time.sleep(1)"],
+    ["python", "-c", "max_tokens = 512; key_size = 2048; tokens = tokenize(x)"],
+    ["tar", "-c", "-f", "out.tar", "data"], ["python", "train.py", "-c", "configs/7b.yaml"],
+    ["sed", "-e", "s/key_size=1/key_size=2/", "f"], ["node", "-e", "console.log(1 + 2)"],
+])
+def test_code_without_a_secret_is_kept(argv):
+    assert redact_argv(argv) == " ".join(argv)
 
 
 def test_redaction_is_stable_when_applied_twice():
