@@ -191,7 +191,7 @@ def test_an_authorizations_credential_goes_in_a_text(text, shown):
     (["python", "-c", "import openai; openai.api_key = 'pyAttrSecret'"], "pyAttrSecret"),
     (["python3.11", "-c", "import os;os.environ[\"HF_TOKEN\"]=\"noSpaceSecret\""],
      "noSpaceSecret"),
-    (["/opt/conda/bin/pypy3", "-c", "token: str = 'annotatedSecret'"], "annotatedSecret"),
+    (["/opt/conda/bin/pypy3", "-c", "cfg.hf_token: str = 'annotatedSecret'"], "annotatedSecret"),
     (["node", "-e", "const token = 'nodeSecret'"], "nodeSecret"),
     (["node", "--eval", "process.env['API_KEY']='nodeEnvSecret'"], "nodeEnvSecret"),
     (["perl", "-e", 'my $password = "perlSecret"; print 1'], "perlSecret"),
