@@ -281,6 +281,18 @@ def test_the_probes_low_forms_are_hidden_in_a_text(text, secret):
     assert redact_text(shown) == shown
 
 
+def test_a_name_after_punctuation_hides_its_value_only():
+    """A name counts after any punctuation (`x|password=`), but after `;` `&` `?` `#` a
+    parameter's value ends at the next `;` or `&`: a connection string keeps what follows its
+    key (the first cut of that change hid `;EndpointSuffix=...` with it)."""
+    assert redact_text("DefaultEndpointsProtocol=https;AccountName=a;AccountKey=k1+/==;"
+                       "EndpointSuffix=core.windows.net") == (
+        f"DefaultEndpointsProtocol=https;AccountName=a;AccountKey={REDACTED};"
+        "EndpointSuffix=core.windows.net")
+    assert redact_text("a;token=t1&lr=3e-4 x|password=p1 y") == \
+        f"a;token={REDACTED}&lr=3e-4 x|password={REDACTED} y"
+
+
 @pytest.mark.parametrize("argv", [
     # plurals and numbers that are ML arguments, not secrets
     ["x", "--max-tokens=512", "--num-keys=8", "--tokens-per-batch=4096", "--special-tokens=3"],
