@@ -731,7 +731,10 @@ def _code_forms(text: str) -> str:
         start = match.start("value")
         if match.group("value") is None:
             at = match.end()
-        elif not is_secret_name(name) or _is_kept_scheme(name, text, start, match.end()):
+        elif not is_secret_name(name) or _is_kept_scheme(name, text, start, match.end()) \
+                or text.startswith("(", match.end()):
+            # (a call's result is no secret written down: `key = jax.random.PRNGKey(0)`; what
+            # its arguments hold is looked at from here)
             at = start
         else:
             out.append(text[done:start] + REDACTED)

@@ -210,6 +210,7 @@ def test_secrets_in_a_programs_code_argument_are_hidden(argv, secret):
 @pytest.mark.parametrize("argv", [
     ["python", "-c", "import time\nwhile True: time.sleep(1)"],
     ["python", "-c", "max_tokens = 512; key_size = 2048; tokens = tokenize(x)"],
+    ["python", "-c", "import jax; key = jax.random.PRNGKey(0); print(key)"],  # a call's result
     ["tar", "-c", "-f", "out.tar", "data"], ["python", "train.py", "-c", "configs/7b.yaml"],
     ["sed", "-e", "s/key_size=1/key_size=2/", "f"], ["node", "-e", "console.log(1 + 2)"],
 ])
