@@ -59,6 +59,10 @@ def long_arguments(size: int) -> dict[str, str]:
         "curl -u words": ("curl -fsSLubob:pw -u 'a b:c d' " * (size // 30))[:size],
         # hidden values that end in closing punctuation: what before them opened is looked at
         "closing marks": ("f(token=a, b) $(curl -u b:c); (x --api-key k) " * (size // 46))[:size],
+        # authorization headers with no space after the name, a scheme each: every name and
+        # scheme is looked at, and a YAML text's lines, each a name (code forms and line forms)
+        "auth headers": ("Authorization:Bearer t " * (size // 23))[:size],
+        "YAML lines": ("\n  - password: x\n    lr = 3e-4" * (size // 31))[:size],
     }
 
 

@@ -26,21 +26,32 @@ out).
 What is hidden:
 - PEM blocks, from `-----BEGIN` to the `-----END ...-----` line, or to the end of the argument;
 - the value of a secret-looking name: `--api-key VALUE` (even when VALUE starts with `-`, or
-  after `--`), `--db-password=VALUE`, `HF_TOKEN=VALUE` (after a `/` too: a path's
-  `/srv/password=VALUE`, a file a process named), quoted (`--password='a b'`,
-  `HF_TOKEN="VALUE"`, `login(password='VALUE')`), `--api-key= VALUE`, `PASSWORD: VALUE`,
-  `"secret": "VALUE"`, `X-Api-Key: VALUE`;
+  after `--`), `--db-password=VALUE`, `HF_TOKEN=VALUE` (after any character that is no name's:
+  a path's `/srv/password=VALUE`, a file a process named, `x|password=VALUE`), quoted
+  (`--password='a b'`, `HF_TOKEN="VALUE"`, `login(password='VALUE')`), `--api-key= VALUE` (in a
+  text too), `PASSWORD: VALUE`, `"secret": "VALUE"`, `X-Api-Key: VALUE`, a list's
+  `["--password", "VALUE"]`, a YAML, TOML or INI line's `password: VALUE`, `password =
+  "VALUE"`, with the sign percent-encoded (`--token%3DVALUE`), and a VALUE that starts with a
+  space no shell splits at (`--password=\u00a0VALUE`);
+- in an argv, in a program's code (the argument after an option of CODE_OPTIONS: `python -c`,
+  `node -e`, `perl -e`, whatever the program) and in any argument with a space, tab or new line
+  in it (a shell's `-c` text, a config), what `redact_code` hides too:
+  `os.environ['HF_TOKEN']='VALUE'`, `openai.api_key = 'VALUE'`, `token: str = 'VALUE'`;
 - a program's own password options (PROGRAM_OPTIONS), separate, glued or after `=`:
   `curl -u user:PASSWORD` (`--user`, `-uuser:PASSWORD`, `-fsSLu`; `-U`, `-E file:PASSWORD`,
   `--oauth2-bearer`, `-b name=VALUE`), `sshpass -p PASSWORD`, `redis-cli -a PASSWORD`
   (`-aPASSWORD`), after the program (by its basename) wherever it starts a word: argv[0], after
   `env`, `sudo`, `timeout`, `xargs`, inside a `bash -c` text or a stored command line. The same
   options of other programs stay (`python -u`, `ssh -p 2222`, `docker run -u 1000:1000`);
-- credentials in URLs (`https://user:pw@host`), signature and key query parameters (Azure SAS
-  `sig=`, `X-Amz-Signature=`, `X-Goog-Signature=`, `key=`), connection-string keys (Azure
-  `AccountKey=`, `SharedAccessKey=`, `Password=`, ODBC `Pwd=`);
+- credentials in URLs (`https://user:pw@host`), query and fragment parameters with a
+  secret-looking name (Azure SAS `sig=`, `X-Amz-Signature=`, `X-Goog-Signature=`, `key=`,
+  `auth=`, `pass=`, OAuth's `#access_token=`; percent-encoded too), connection-string keys
+  (Azure `AccountKey=`, `SharedAccessKey=`, `Password=`, ODBC `Pwd=`);
 - bearer and basic authorization values (in an argv also where the scheme is an argument of its
-  own: `Authorization: Bearer TOKEN` unquoted, `--auth Bearer TOKEN`);
+  own: `Authorization: Bearer TOKEN` unquoted, `--auth Bearer TOKEN`); after an authorization
+  header's name with or without a space (`Authorization:Bearer TOKEN`, `authorization: token
+  TOKEN`, GitHub's scheme), the scheme stays and the credential goes, in an argv also where it is
+  the next argument (`Authorization:Bearer` `TOKEN`);
 - tokens recognised by their shape alone: JWTs, GitHub (`ghp_`, `gho_`, ..., `github_pat_`),
   GitLab (`glpat-` and kin), Slack (`xoxb-`, `xapp-`, webhook URLs), Hugging Face (`hf_`,
   `api_org_`), OpenAI-style `sk-` (and Anthropic `sk-ant-`), Stripe, npm, PyPI, AWS access key
@@ -48,11 +59,15 @@ What is hidden:
   (`GOCSPX-`) and Azure storage account keys (88 characters of base64).
 
 A name is secret-looking when its last word (split on `-`, `_`, `.`) is one of SECRET_WORDS
-(`--hf-token`, `AWS_SECRET_ACCESS_KEY`, `--auth`), or it ends in one of SECRET_SUFFIXES
-(`PGPASSWORD`, `--apikey`), or its last word only says how the secret is spelled (one of
-CARRIER_WORDS: `--private-key-data`, `--client-secret-value`) after a secret-looking name. So
-`--max-tokens 512`, `--tokenizer t5` and `--key-size 2048` stay readable: in an ML tool those
-are ordinary arguments.
+(`--hf-token`, `AWS_SECRET_ACCESS_KEY`, `--auth`), numbered (NUMBERED_WORDS: `--password2`) or
+a plural of PLURAL_WORDS (`--passwords`, `--secrets`) or of PLURAL_AFTER after its word
+(`--api-keys`, `--access-tokens`), or it ends in one of SECRET_SUFFIXES (`PGPASSWORD`,
+`--apikey`, `SECRET_KEY_BASE`), or its last word only says how the secret is spelled (one of
+CARRIER_WORDS: `--private-key-data`, `--client-secret-value`, `--password-file-content`) after a
+secret-looking name. A name is read as it shows: fullwidth letters folded, soft hyphens and
+zero-width characters dropped (`--pass\u00adword`). So `--max-tokens 512`, `--tokenizer t5`,
+`--key-size 2048`, `--tokens 1e9` (a run's token count) and `--keys a,b` stay readable: in an ML
+tool those are ordinary arguments.
 
 Short options (argv only, where a word is an argument): `-pSECRET` (mysql's password, always
 glued to its `-p`) is hidden; `-p 8080` is not (with a space mysql prompts for the password, and
@@ -78,6 +93,7 @@ import hashlib
 import json
 import logging
 import re
+import unicodedata
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -96,7 +112,18 @@ SECRET_WORDS = frozenset({
     "signature", "pat", "accountkey", "sharedaccesskey", "sharedaccesssignature",
 })
 SECRET_SUFFIXES = ("password", "passwd", "passphrase", "secret", "token", "apikey", "accesskey",
-                   "privatekey", "secretkey", "accountkey", "credentials")
+                   "privatekey", "secretkey", "accountkey", "credentials",
+                   "secretkeybase")  # (Rails' SECRET_KEY_BASE)
+# A secret word numbered (`--password2`, `TOKEN_1` is two words): the word without its digits.
+NUMBERED_WORDS = frozenset({"password", "passwd", "passphrase", "secret", "token", "apikey"})
+# Plurals that are secrets whatever comes before them (`--passwords`, `DB_SECRETS`), and those
+# that are only after a word that makes them credentials (`--api-keys`, `--access-tokens`):
+# `--tokens 1e9` counts a run's tokens, `--keys a,b` names fields, `--max-tokens`, `--num-keys`
+# and `--special-tokens` are ordinary ML arguments.
+PLURAL_WORDS = frozenset({"passwords", "passwds", "passphrases", "secrets", "apikeys"})
+PLURAL_AFTER = {"tokens": frozenset({"api", "access", "auth", "bearer", "refresh", "session",
+                                     "oauth", "secret"}),
+                "keys": frozenset({"api", "access", "secret", "private", "auth"})}
 # The last word of a name that says how a secret is given, not what it is: `--private-key-data`,
 # `--client-secret-value`, `TOKEN_B64`. Not "file" or "path": a path is not the secret.
 CARRIER_WORDS = frozenset({
@@ -108,6 +135,9 @@ SECRET_ANNOUNCERS = frozenset({"token", "password", "passwd", "passphrase", "sec
 # An authorization's scheme: the credential is the word after it, also as an argument of its own
 # (`curl -H Authorization: Bearer TOKEN` unquoted, `--auth Bearer TOKEN`); the scheme is kept.
 AUTH_SCHEMES = frozenset({"bearer", "basic", "digest"})
+# After an authorization header's name a scheme may also be one of these (`Authorization: token
+# X` is GitHub's form, `Negotiate`/`NTLM` carry base64); elsewhere a bare `token` is no scheme.
+AUTHORIZATION_SCHEMES = AUTH_SCHEMES | {"token", "negotiate", "ntlm"}
 # Negated boolean flags (`--no-auth`) take no value.
 _NEGATION = re.compile(r"(?i)^(?:no|disable|skip|without)[-_]")
 
@@ -122,15 +152,32 @@ def is_secret_name(name: str) -> bool:
 
 
 def _name_is_secret(name: str) -> bool:
+    if not name.isascii():  # `--ｐａｓｓｗｏｒｄ`, `--pass\u00adword`: as it reads
+        name = _plain(name)
     bare = name.strip().lstrip("-").lower()
     if not bare or _NEGATION.match(bare):
         return False
     words = [w for w in _NAME_WORDS.split(bare) if w]
     if len(words) > 1 and words[-1] in CARRIER_WORDS:
         words = words[:-1]
-    if words and words[-1] in SECRET_WORDS:
+        if len(words) > 1 and words[-1] in ("file", "path"):  # `--password-file-content`
+            words = words[:-1]
+    if not words:
+        return False
+    last = words[-1]
+    if last in SECRET_WORDS or last in PLURAL_WORDS \
+            or len(words) > 1 and words[-2] in PLURAL_AFTER.get(last, ()):
         return True
-    return "".join(words).endswith(SECRET_SUFFIXES)
+    if last[-1].isdigit() and last.rstrip("0123456789") in NUMBERED_WORDS:
+        return True
+    return "".join(words).rstrip("0123456789").endswith(SECRET_SUFFIXES)
+
+
+def _plain(name: str) -> str:
+    """A name as it reads: compatibility forms folded (fullwidth letters), format characters
+    (soft hyphen, zero-width space and joiners) dropped."""
+    return "".join(c for c in unicodedata.normalize("NFKC", name)
+                   if unicodedata.category(c) != "Cf")
 
 
 _short_name_is_secret = functools.lru_cache(maxsize=4096)(_name_is_secret)
@@ -140,25 +187,59 @@ _short_name_is_secret = functools.lru_cache(maxsize=4096)(_name_is_secret)
 _PEM = re.compile(r"-----BEGIN[A-Z0-9 ]{0,64}-----.*?(?:-----END[A-Z0-9 ]{0,64}-----|\Z)", re.S)
 _PEM_BEGIN = re.compile(r"-----BEGIN[A-Z0-9 ]{0,64}(?:-----)?")
 _PEM_END = re.compile(r"-----END[A-Z0-9 ]{0,64}(?:-----)?")
-# Query parameters and connection-string parts whose value is a secret (after ? & or ;).
+# The characters of a name: letters and digits of any script (`--ｐａｓｓｗｏｒｄ` reads as
+# `--password`: is_secret_name folds it), `_ . -`, and the format characters a name may hide in
+# (soft hyphen, zero-width space and joiners, word joiner, BOM: `--pass\u00adword`).
+_NAME_CHARS = r"\w.\-\u00ad\u200b-\u200d\u2060\ufeff"
+# Query parameters, a URL's fragment (OAuth's implicit flow: `#access_token=`) and
+# connection-string parts (after ? & # or ;, or their percent-encoded forms), whose name is
+# secret-looking (is_secret_name: `sig`, `X-Amz-Signature`, `key`, `auth`, `pass`, `AccountKey`,
+# `Pwd`, `auth_token`); the value (_PARAMETER_VALUE) is matched only after a secret name.
 _PARAMETER = re.compile(
-    r"(?i)(?P<key>[?&;](?:sig|signature|x-amz-signature|x-amz-credential|x-amz-security-token"
-    r"|x-goog-signature|x-goog-credential|access_token|refresh_token|id_token|client_secret"
-    r"|token|api[_-]?key|key|password|passwd|pwd|secret|accountkey|sharedaccesskey"
-    r"|sharedaccesssignature)=)(?P<value>[^&;\s#\"']+)")
-# NAME=value / NAME:value at the start of a word (the name is checked by is_secret_name); the
-# value is matched separately (_VALUE) only when the name is secret, so that a long `a=b=c=...`
-# is walked once (`_assignments`).
-_ASSIGNMENT = re.compile(r"(?:^|(?<=[\s\"'(,{\[/]))(?P<key>[A-Za-z0-9_.-]+)(?P<sep>[=:])"
-                         r"(?=\S)")
-_ASSIGNMENT_HERE = re.compile(r"(?P<key>[A-Za-z0-9_.-]+)(?P<sep>[=:])(?=\S)")
+    r"(?i)(?:[?&;#]|%3f|%26|%23)(?P<name>[\w.\-]{1,64})(?:=|%3d)(?=[^&;\s#\"'])")
+_PARAMETER_VALUE = re.compile(r"[^&;\s#\"']+")
+# NAME=value / NAME:value at the start of a name (the name is checked by is_secret_name; after
+# any character that is no name's, so after `|`, `+`, `@`, `>` too, but `; & ? #`, after which
+# _PARAMETER hides the value to the next `;` or `&`: `;AccountKey=x;EndpointSuffix=...` keeps
+# its suffix); the value is matched
+# separately (_VALUE) only when the name is secret, so that a long `a=b=c=...` is walked once
+# (`_assignments`). The sign may be percent-encoded (`--token%3DVALUE`). The value starts at any
+# character but an ASCII space (a shell splits words there only: `--password=\u00a0VALUE`).
+_ASSIGNMENT = re.compile(rf"(?<![{_NAME_CHARS}=:%;&?#])(?P<key>[{_NAME_CHARS}]+)"
+                         r"(?P<sep>[=:]|%3[dD])(?=[^ \t\n\r\f\v])")
+_ASSIGNMENT_HERE = re.compile(rf"(?P<key>[{_NAME_CHARS}]+)(?P<sep>[=:]|%3[dD])"
+                              r"(?=[^ \t\n\r\f\v])")
 # A value: a word, or a quoted string to its closing quote (`--password='a b'`, `HF_TOKEN="x"`,
 # `login(password='x')`), or to the end of the text when the quote is not closed.
-_VALUE = re.compile(r"\"[^\"]*\"?|'[^']*'?|[^\s\"']+")
+_VALUE = re.compile(r"\"[^\"]*\"?|'[^']*'?|[^ \t\n\r\f\v\"']+")
+# A line of YAML, TOML or INI in a text (`db:\n  password: VALUE`, `password = "VALUE"`, `-
+# token: VALUE`): a name at the start of a line, `:` and a space or `=` with a space; the value
+# as _VALUE (hidden only when the name is secret-looking), not a bracket (`key = (pid, start)` is
+# code: redact_code's forms read it).
+_LINE_ASSIGNMENT = re.compile(r"(?m)^[ \t]*(?:-[ \t]+)?(?P<key>[\w.\-]{1,64})(?P<before>[ \t]*)"
+                              r"(?P<sep>[:=])(?P<gap>[ \t]*)(?=[^ \t\n\r\f\v(\[{])")
+_ANNOTATED = re.compile(r"[ \t]*=[^=]")
+# A list of arguments in a text (`--config-json=["--password","VALUE"]`, a Python repr): a
+# secret-looking flag, quoted, then the next item.
+_LISTED_FLAG = re.compile(r"(?P<head>[\"'](?P<flag>-{1,2}[\w.\-]{1,64})[\"']\s*,\s*[\"'])"
+                          r"(?P<value>(?:[^\"'\\]|\\.)*)")
 # "name": "value" and 'name': 'value' (JSON, Python reprs in logs).
 _QUOTED_PAIR = re.compile(r"(?P<key>[\"'](?P<name>[^\"'\s]{1,64})[\"']\s*:\s*[\"'])"
                           r"(?P<value>(?:[^\"'\\]|\\.)*)")
 _AUTHORIZATION = re.compile(r"(?i)\b(?P<scheme>bearer|basic|digest)(?P<space>\s+)[^\s\"',]+")
+# An authorization header's name and sign, with or without a space (`Authorization:Bearer X`,
+# `authorization: token X`, `"Authorization": "Bearer X"`, `HTTP_AUTHORIZATION=Basic X`): its
+# scheme (AUTHORIZATION_SCHEMES) stays and the credential after it goes, or the whole value
+# where it has no scheme. Starts at the literal name; what it repeats ends where a run ends.
+_AUTHORIZATION_NAMED = re.compile(
+    r"(?i)authorization[\"']?[^\S\r\n]*[:=][^\S\r\n]*[\"']?"
+    r"(?:(?P<scheme>bearer|basic|digest|token|negotiate|ntlm)\b(?P<space>[^\S\r\n]*))?"
+    r"(?P<value>[^\s\"',]+)?")
+# An argument that ends in an authorization's name and scheme (`Authorization:Bearer`,
+# `-HAuthorization: token`): the credential is the next argument.
+_AUTHORIZATION_SCHEME_LAST = re.compile(
+    r"(?i)authorization[\"']?[^\S\r\n]*[:=][^\S\r\n]*[\"']?"
+    r"(?:bearer|basic|digest|token|negotiate|ntlm)[\"']?$")
 # A header argument: `X-Api-Key: value`, `Authorization: token value`, `Cookie: a=b`.
 _HEADER = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9-]*)(?P<sep>:\s+)(?P<value>.+)$", re.S)
 _TOKENS = re.compile(
@@ -222,8 +303,8 @@ def redacted_words(argv: list[str] | tuple[str, ...]) -> list[str]:
         own = programs.word(word) if programs.program is not None or word in PROGRAM_OPTIONS \
             or "/" in word and word.rpartition("/")[2] in PROGRAM_OPTIONS else None  # (fast)
         if hide_next:
-            scheme = previous.lower() in AUTH_SCHEMES
-            if word == "--" and not scheme or word.lower() in AUTH_SCHEMES and not scheme \
+            scheme = previous.lower() in AUTHORIZATION_SCHEMES
+            if word == "--" and not scheme or _is_scheme(word, previous) and not scheme \
                     and index + 1 < len(argv):
                 # `--password -- VALUE`: the end of options, then the value; `Authorization:
                 # Bearer TOKEN`: the scheme, then the credential
@@ -255,10 +336,28 @@ def redacted_words(argv: list[str] | tuple[str, ...]) -> list[str]:
         hide_next = (_is_secret_flag(word) or word == "-P" or lower in SECRET_ANNOUNCERS
                      or lower in AUTH_SCHEMES
                      # `--api-key= VALUE`, `PASSWORD: VALUE`: the name and its sign, alone
-                     or len(word) > 1 and word[-1] in "=:" and is_secret_name(word[:-1]))
+                     or len(word) > 1 and word[-1] in "=:" and is_secret_name(word[:-1])
+                     # `Authorization:Bearer TOKEN`: the name and scheme, then the credential
+                     or "authorization" in lower
+                     and _AUTHORIZATION_SCHEME_LAST.search(word) is not None)
+        shown = word
+        if "=" in word and (previous in CODE_OPTIONS or " " in word or "\n" in word
+                            or "\t" in word):
+            # a program's code or a text (`python -c "os.environ['HF_TOKEN'] = 'x'"`, a shell's
+            # `-c`, a config): the code forms too (every one of them has a `=`)
+            shown = _code_forms(word)
         previous = word
-        words.append(_redact_header(word) + cut)
+        words.append(_redact_header(shown) + cut)
     return words
+
+
+# Options whose value is a program's code, whatever the program: `python -c`, `node -e` and
+# `--eval`, `node -p`, `perl -e` and `-E`, `ruby -e`, `php -r`, `Rscript -e`, `julia -e`.
+# Any program's: an interpreter goes by many names (python3.11, pypy3, a venv's or conda's
+# path, behind sudo, env, docker exec or kubectl exec), and the code forms hide only a
+# secret-looking name's value given with `=`, so the value of another program's `-c` or `-e`
+# (a config path, a port, a pattern) passes as it was.
+CODE_OPTIONS = frozenset({"-c", "--command", "-e", "-E", "--eval", "-p", "--print", "-r"})
 
 
 # What of a program's option's value is secret: all of it (`sshpass -p PASSWORD`), what follows
@@ -550,19 +649,52 @@ def _hide(value: str, before: Callable[[], str]) -> str:
 def _is_secret_flag(word: str) -> bool:
     """`--api-key` or `-token` alone: its value is the next argument."""
     return word.startswith("-") and "=" not in word and ":" not in word \
-        and re.fullmatch(r"-{1,2}[A-Za-z0-9_.-]+", word) is not None and is_secret_name(word)
+        and _FLAG.fullmatch(word) is not None and is_secret_name(word)
+
+
+_FLAG = re.compile(rf"-{{1,2}}[{_NAME_CHARS}]+")
+
+
+def _is_kept_scheme(name: str, text: str, start: int, end: int) -> bool:
+    """Whether text[start:end], a secret name's value, is an authorization's scheme, which
+    stays (redact_text hides the credential after it): any scheme after an authorization's name
+    (`Authorization:Bearer`, `HTTP_AUTHORIZATION=token`), or `Bearer`, `Basic`, `Digest` with a
+    credential after it (`--auth=Bearer TOKEN`); `--password=basic` alone is a password."""
+    value = text[start:end].lower()
+    if value in AUTHORIZATION_SCHEMES and name.lower().endswith("authorization"):
+        return True
+    return value in AUTH_SCHEMES and _AUTHORIZATION.match(text, start) is not None
+
+
+def _is_scheme(word: str, previous: str) -> bool:
+    """Whether an argument after a secret's name is an authorization's scheme, kept (the
+    credential is the argument after it): `Bearer` after `--auth`, `token` after
+    `Authorization:`."""
+    lower = word.lower()
+    return lower in AUTH_SCHEMES or lower in AUTHORIZATION_SCHEMES \
+        and previous.lower().rstrip(":= ").endswith("authorization")
+
+
+_HEADER_SCHEME = re.compile(r"(?i)(?P<scheme>bearer|basic|digest|token|negotiate|ntlm)"
+                            r"(?:(?P<space>\s+)(?=\S)|$)")
 
 
 def _redact_header(word: str) -> str:
-    """`X-Api-Key: value`, `Authorization: Bearer value`, `Cookie: a=b` hide the value; any
-    other argument goes through redact_text."""
+    """`X-Api-Key: value`, `Authorization: Bearer value`, `Cookie: a=b` hide the value (an
+    authorization's scheme stays, `token` too after `Authorization`; a scheme alone, its
+    credential the next argument, stays as it is); any other argument goes through
+    redact_text."""
     header = _HEADER.match(word)
     if header is not None:
         name = header.group("name")
         if is_secret_name(name) or name.lower() in ("cookie", "set-cookie", "private-token"):
-            scheme = _AUTHORIZATION.match(header.group("value"))
-            kept = scheme.group("scheme") + " " if scheme else ""
-            return name + header.group("sep") + kept + REDACTED
+            scheme = _HEADER_SCHEME.match(header.group("value"))
+            if scheme is not None and (scheme.group("scheme").lower() in AUTH_SCHEMES
+                                       or name.lower().endswith("authorization")):
+                if not scheme.group("space"):
+                    return word  # `Authorization: Bearer`, then the credential
+                return name + header.group("sep") + scheme.group("scheme") + " " + REDACTED
+            return name + header.group("sep") + REDACTED
     return redact_text(word)
 
 
@@ -573,7 +705,7 @@ def _redact_header(word: str) -> str:
 # scanned from one place; its value is a string literal (with its prefix: f"", rb'') to its
 # closing quote or the line's end, or a bare word.
 _CODE_ASSIGNMENT = re.compile(
-    r"(?:(?<![A-Za-z0-9_])(?P<name>[A-Za-z_][A-Za-z0-9_]*)|\[(?P<quote>[\"'])(?P<key>[^\"'\s]{1,64})"
+    r"(?:(?<!\w)(?P<name>[^\W\d]\w*)|\[(?P<quote>[\"'])(?P<key>[^\"'\s]{1,64})"
     r"(?P=quote)\])(?P<sign>\s*(?::\s*[A-Za-z_][A-Za-z0-9_.]{0,64}(?:\[[^\]=\n]{0,64}\])?\s*)?"
     r"(?:[-+*/|&]?=|==|!=|:=)(?!=)\s*)"
     r"(?P<value>[rRbBfFuU]{0,2}(?:\"[^\"]*\"?|'[^']*'?)|[^\s,;()\[\]{}]+)?")
@@ -585,14 +717,32 @@ def redact_code(line: str) -> str:
     `token == "x"`, `env["HF_TOKEN"] = "x"`): `_CODE_ASSIGNMENT`. A line longer than
     ARGUMENT_LIMIT is cut first, as an argument is (the word the limit falls in dropped whole)."""
     line, cut = _cut(line)
-    return redact_text(_CODE_ASSIGNMENT.sub(_code_value, line)) + cut
+    return redact_text(_code_forms(line)) + cut
 
 
-def _code_value(match: re.Match[str]) -> str:
-    name = match.group("name") or match.group("key")
-    if not match.group("value") or not is_secret_name(name):
-        return match.group(0)
-    return match.group(0)[:match.start("value") - match.start()] + REDACTED
+def _code_forms(text: str) -> str:
+    """Every secret-looking name's value given in code (_CODE_ASSIGNMENT) hidden. After a name
+    that is no secret its value is looked at again (`--toml=password = "x"`: `toml`'s value
+    is `password`, which is given a value of its own), so each name is a match's start once."""
+    out: list[str] = []
+    done = at = 0  # text[:done] is in `out`; where to look for the next name
+    while (match := _CODE_ASSIGNMENT.search(text, at)) is not None:
+        name = match.group("name") or match.group("key")
+        start = match.start("value")
+        if match.group("value") is None:
+            at = match.end()
+        elif not is_secret_name(name) or _is_kept_scheme(name, text, start, match.end()) \
+                or text.startswith("(", match.end()):
+            # (a call's result is no secret written down: `key = jax.random.PRNGKey(0)`; what
+            # its arguments hold is looked at from here)
+            at = start
+        else:
+            out.append(text[done:start] + REDACTED)
+            done = at = match.end()
+    if not out:
+        return text
+    out.append(text[done:])
+    return "".join(out)
 
 
 def redact_text(text: str) -> str:
@@ -602,8 +752,13 @@ def redact_text(text: str) -> str:
     text = _PEM.sub(REDACTED, text)
     text = without_url_credentials(text)
     text = _SLACK_WEBHOOK.sub(lambda m: m.group(1) + REDACTED, text)
-    text = _PARAMETER.sub(_parameter, text)
+    text = _parameters(text)
+    if "authorization" in text.lower():
+        text = _AUTHORIZATION_NAMED.sub(_authorization_named, text)
     text = _QUOTED_PAIR.sub(_quoted_pair, text)
+    if "-" in text:
+        text = _LISTED_FLAG.sub(_listed_flag, text)
+    text = _line_assignments(text)
     text = _assignments(text)
     text = _flag_values(text)
     text = _program_values(text)
@@ -611,13 +766,68 @@ def redact_text(text: str) -> str:
     return _TOKENS.sub(REDACTED, text)
 
 
-def _parameter(match: re.Match[str]) -> str:
-    return match.group("key") + _hide(match.group("value"), lambda: _window(match))
+def _parameters(text: str) -> str:
+    """Every query parameter (or fragment's, or connection string's part) whose name is
+    secret-looking, with its value hidden (_PARAMETER)."""
+    if "=" not in text and "%" not in text:
+        return text
+    out: list[str] = []
+    done = 0  # text[:done] is in `out`
+    for match in _PARAMETER.finditer(text):
+        if match.start() < done or not is_secret_name(match.group("name")):
+            continue
+        value = _PARAMETER_VALUE.match(text, match.end())
+        if value is None:
+            continue
+        out.append(text[done:match.end()])
+        out.append(_hide(value.group(), functools.partial(_before, text, match.end())))
+        done = value.end()
+    if not out:
+        return text
+    out.append(text[done:])
+    return "".join(out)
+
+
+def _listed_flag(match: re.Match[str]) -> str:
+    if match.group("value") and is_secret_name(match.group("flag")):
+        return match.group("head") + REDACTED
+    return match.group(0)
+
+
+def _line_assignments(text: str) -> str:
+    """A secret-looking name's value on a line of YAML, TOML or INI (_LINE_ASSIGNMENT)."""
+    if " " not in text and "\t" not in text:
+        return text  # (`:` and a space or `=` with a space)
+    out: list[str] = []
+    done = 0  # text[:done] is in `out`
+    for match in _LINE_ASSIGNMENT.finditer(text):
+        if match.start() < done or not (match.group("gap") or match.group("before")) \
+                or not is_secret_name(match.group("key")):
+            continue  # (`password:x`, `password=x`: _assignments; `https://`: no name)
+        value = _VALUE.match(text, match.end())
+        if value is None or _is_kept_scheme(match.group("key"), text, match.end(), value.end()) \
+                or match.group("sep") == ":" and _ANNOTATED.match(text, value.end()):
+            continue  # (`api_key: str = "x"` is code: redact_code's forms hide its value)
+        out.append(text[done:match.end()])
+        out.append(_hidden_value(text, match.end(), value.end()))
+        done = value.end()
+    if not out:
+        return text
+    out.append(text[done:])
+    return "".join(out)
 
 
 def _authorization(match: re.Match[str]) -> str:
     value = match.group(0)[match.end("space") - match.start():]
     return match.group("scheme") + match.group("space") + _hide(value, lambda: _window(match))
+
+
+def _authorization_named(match: re.Match[str]) -> str:
+    value = match.group("value")
+    if not value:
+        return match.group(0)
+    return match.group(0)[:match.start("value") - match.start()] + _hide(
+        value, lambda: _before(match.string, match.start("value")))
 
 
 def _before(text: str, at: int) -> str:
@@ -721,11 +931,13 @@ def _assignments(text: str) -> str:
             end = value.end() if value is not None else value_at
             out.append(text[done:value_at])
             hidden = text[value_at:end]
-            if hidden and hidden[0] in _QUOTES:  # `login(password='x')`: the quotes stay
-                closed = len(hidden) > 1 and hidden[-1] == hidden[0]
-                out.append(hidden[0] + REDACTED + (hidden[0] if closed else ""))
-            else:  # `login(password=x)`, `f(token=x, y)`: the closing punctuation stays
-                out.append(_hide(hidden, functools.partial(_before, text, value_at)))
+            if _is_kept_scheme(key, text, value_at, end):
+                # `Authorization:Bearer <redacted>`, `--auth=Bearer <redacted>`: the scheme
+                # stays, the credential after it is hidden (_AUTHORIZATION_NAMED,
+                # _AUTHORIZATION; at the text's end it is the next argument)
+                out.append(hidden)
+            else:
+                out.append(_hidden_value(text, value_at, end))
             done = at = end
         else:
             at = value_at
@@ -736,6 +948,17 @@ def _assignments(text: str) -> str:
         match = _ASSIGNMENT.search(text, at)
     out.append(text[done:])
     return "".join(out)
+
+
+def _hidden_value(text: str, start: int, end: int) -> str:
+    """What shows of a secret value text[start:end] (_VALUE's): quotes around it stay
+    (`login(password='x')`), and closing punctuation after it (`login(password=x)`, `f(token=x,
+    y)`)."""
+    hidden = text[start:end]
+    if hidden and hidden[0] in _QUOTES:
+        closed = len(hidden) > 1 and hidden[-1] == hidden[0]
+        return hidden[0] + REDACTED + (hidden[0] if closed else "")
+    return _hide(hidden, functools.partial(_before, text, start))
 
 
 def _flag_values(text: str) -> str:
@@ -753,7 +976,9 @@ def _flag_values(text: str) -> str:
             flag = parts[i - 4]  # `--password -- VALUE`: the end of options, then the value
         if word and word != "--" and not (word.lower() in AUTH_SCHEMES and parts[i + 2:i + 3]
                                           != [""] and i + 2 < len(parts)) and (
-                _is_secret_flag(flag) or flag == "-P" and not _is_port(word)):
+                _is_secret_flag(flag) or flag == "-P" and not _is_port(word)
+                # `--token= VALUE`: the flag and its sign, then the value
+                or len(flag) > 2 and flag[-1] == "=" and _is_secret_flag(flag[:-1])):
             parts[i] = _hide(word, before)
         else:
             parts[i] = _glued_password(word, before)

@@ -141,6 +141,171 @@ def test_an_authorizations_scheme_stays_and_its_credential_goes_as_in_a_text():
     assert redact_argv(["x", "--password", "basic"]) == f"x --password {REDACTED}"
 
 
+@pytest.mark.parametrize("argv, shown", [
+    # probe F1: with no space after the name's `:` only the scheme was hidden, not the token
+    (["curl", "-H", "Authorization:Bearer Zq7xK9mWp2VbN4rT", "https://api.x"],
+     f"curl -H Authorization:Bearer {REDACTED} https://api.x"),
+    (["curl", "-H", "authorization:Bearer Zq7xK9mWp2VbN4rT"],
+     f"curl -H authorization:Bearer {REDACTED}"),
+    (["curl", "-H", "Authorization:Token Zq7xK9mWp2VbN4rT"],
+     f"curl -H Authorization:Token {REDACTED}"),
+    # the name and scheme one argument, the credential the next
+    (["curl", "-H", "Authorization:Bearer", "Zq7xK9mWp2VbN4rT"],
+     f"curl -H Authorization:Bearer {REDACTED}"),
+    (["curl", "-H", "Authorization: Bearer", "Zq7xK9mWp2VbN4rT"],
+     f"curl -H Authorization: Bearer {REDACTED}"),
+    (["curl", "-HAuthorization:Bearer", "Zq7xK9mWp2VbN4rT"],
+     f"curl -HAuthorization:Bearer {REDACTED}"),
+    # GitHub's `token` scheme stays after an authorization's name, as Bearer does
+    (["curl", "-H", "Authorization: token Zq7xK9mWp2VbN4rT"],
+     f"curl -H Authorization: token {REDACTED}"),
+    (["curl", "-H", "Authorization:", "token", "Zq7xK9mWp2VbN4rT"],
+     f"curl -H Authorization: token {REDACTED}"),
+    (["env", "HTTP_AUTHORIZATION=Basic Zq7xK9mWp2VbN4rT"],
+     f"env HTTP_AUTHORIZATION=Basic {REDACTED}"),
+])
+def test_an_authorizations_credential_goes_whatever_the_space_after_its_name(argv, shown):
+    assert redact_argv(argv) == shown
+    assert redact_text(shown) == shown
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("curl -H authorization:Bearer Zq7xK9mWp2VbN4rT https://x",
+     f"curl -H authorization:Bearer {REDACTED} https://x"),
+    ("curl -H 'Authorization: token Zq7xK9mWp2VbN4rT' https://x",
+     f"curl -H 'Authorization: token {REDACTED}' https://x"),
+    ("x=$(curl -H Authorization:Token Zq7xK9mWp2VbN4rT)",
+     f"x=$(curl -H Authorization:Token {REDACTED})"),
+    # a scheme after any secret name with `=`: it stays, the credential goes
+    ("serve --auth=Bearer Zq7xK9mWp2VbN4rT --port 80", f"serve --auth=Bearer {REDACTED} --port 80"),
+])
+def test_an_authorizations_credential_goes_in_a_text(text, shown):
+    assert redact_text(text) == shown
+    assert redact_text(shown) == shown
+
+
+@pytest.mark.parametrize("argv, secret", [
+    # probe F2: the code forms redact_code hides, in an interpreter's code argument
+    (["python", "-c", "import os; os.environ['HF_TOKEN']='pyEnvSecret'; import train"],
+     "pyEnvSecret"),
+    (["python", "-c", "import openai; openai.api_key = 'pyAttrSecret'"], "pyAttrSecret"),
+    (["python3.11", "-c", "import os;os.environ[\"HF_TOKEN\"]=\"noSpaceSecret\""],
+     "noSpaceSecret"),
+    (["/opt/conda/bin/pypy3", "-c", "cfg.hf_token: str = 'annotatedSecret'"], "annotatedSecret"),
+    (["node", "-e", "const token = 'nodeSecret'"], "nodeSecret"),
+    (["node", "--eval", "process.env['API_KEY']='nodeEnvSecret'"], "nodeEnvSecret"),
+    (["perl", "-e", 'my $password = "perlSecret"; print 1'], "perlSecret"),
+    (["ruby", "-e", "ENV['DB_PASSWORD']='rubySecret'"], "rubySecret"),
+    # whatever runs the interpreter: a shell's text, a wrapper
+    (["bash", "-c", "python -c \"import openai; openai.api_key = 'nestedSecret'\""],
+     "nestedSecret"),
+    (["sudo", "-u", "ml", "python3", "-c", "if token == 'cmpSecret': pass"], "cmpSecret"),
+])
+def test_secrets_in_a_programs_code_argument_are_hidden(argv, secret):
+    line = redact_argv(argv)
+    assert secret not in line and REDACTED in line, line
+    assert redact_text(line) == line
+
+
+@pytest.mark.parametrize("argv", [
+    ["python", "-c", "import time\nwhile True: time.sleep(1)"],
+    ["python", "-c", "max_tokens = 512; key_size = 2048; tokens = tokenize(x)"],
+    ["python", "-c", "import jax; key = jax.random.PRNGKey(0); print(key)"],  # a call's result
+    ["tar", "-c", "-f", "out.tar", "data"], ["python", "train.py", "-c", "configs/7b.yaml"],
+    ["sed", "-e", "s/key_size=1/key_size=2/", "f"], ["node", "-e", "console.log(1 + 2)"],
+])
+def test_code_without_a_secret_is_kept(argv):
+    assert redact_argv(argv) == " ".join(argv)
+
+
+@pytest.mark.parametrize("argv, secret", [
+    # probe F3: numbered and plural names, Rails' secret, a password file's content
+    (["x", "--password2=numberedSecret"], "numberedSecret"),
+    (["x", "--password1", "numberedSecret1"], "numberedSecret1"),
+    (["x", "--passwords=pluralSecret"], "pluralSecret"),
+    (["x", "--secrets=pluralSecret2"], "pluralSecret2"),
+    (["x", "--api-keys=a1Secret,b2Secret"], "a1Secret"),
+    (["x", "--access-tokens", "accessTokSecret"], "accessTokSecret"),
+    (["rails", "--secret_key_base=railsBaseSecret"], "railsBaseSecret"),
+    (["x", "--password_file_content=fileContentSecret"], "fileContentSecret"),
+    # a list of arguments in one argument (JSON, a Python repr)
+    (["x", '--config-json=["--password","jsonListSecret"]'], "jsonListSecret"),
+    (["x", '["--password","bareListSecret"]'], "bareListSecret"),
+    (["x", "['--api-key', 'reprListSecret', '--lr', '3e-4']"], "reprListSecret"),
+    # YAML, TOML and INI in one argument
+    (["x", "--cfg=db:\n  password: yamlSecret"], "yamlSecret"),
+    (["x", "--cfg=- name: a\n  token: 'yamlQuoted'"], "yamlQuoted"),
+    (["x", '--toml=password = "tomlSecret"'], "tomlSecret"),
+    (["x", "--x=password = iniSecret"], "iniSecret"),
+    (["x", "--ini=[db]\npassword = iniLineSecret\nhost = h"], "iniLineSecret"),
+    # URLs: OAuth's implicit-flow fragment, `auth`, `pass`, any secret-looking parameter
+    (["x", "https://h/cb#access_token=fragmentSecret&token_type=bearer"], "fragmentSecret"),
+    (["x", "https://h/?auth=authParamSecret"], "authParamSecret"),
+    (["x", "https://h/?pass=passParamSecret"], "passParamSecret"),
+    (["x", "https://h/?a=1&auth_token=authTokenParam"], "authTokenParam"),
+    # `--token= VALUE` inside one argument (a shell's text)
+    (["bash", "-c", "serve --token= spacedTextSecret --port 80"], "spacedTextSecret"),
+    # a name glued after punctuation
+    (["x", "x|password=pipeSecret"], "pipeSecret"),
+    (["x", "x+password=plusSecret"], "plusSecret"),
+    (["x", "x@password=atSecret"], "atSecret"),
+    (["x", "x>password=gtSecret"], "gtSecret"),
+    # a value that starts with a space a shell does not split at
+    (["x", "--password=\u00a0nbspSecret"], "nbspSecret"),
+    (["x", "--password=\u3000ideoSecret"], "ideoSecret"),
+    # percent-encoded signs
+    (["x", "--token%3DpctSecret"], "pctSecret"),
+    (["x", "https://h/?password%3DpctUrlSecret"], "pctUrlSecret"),
+    (["x", "https://h/cb?next=%2Fx%3Ftoken%3DpctNestedSecret"], "pctNestedSecret"),
+    # invisible and fullwidth characters in the name
+    (["x", "--pass\u00adword=softHyphenSecret"], "softHyphenSecret"),
+    (["x", "--password\u200b=zeroWidthSecret"], "zeroWidthSecret"),
+    (["x", "--\uff50\uff41\uff53\uff53\uff57\uff4f\uff52\uff44=fullwidthSecret"], "fullwidthSecret"),
+])
+def test_the_probes_low_forms_are_hidden(argv, secret):
+    line = redact_argv(argv)
+    assert secret not in line and REDACTED in line, line
+    assert redact_text(line) == line
+
+
+@pytest.mark.parametrize("text, secret", [
+    # the same in a text (a stored line, a log message), where the code forms do not apply
+    ("job: run --token= textSpacedSecret --port 80", "textSpacedSecret"),
+    ("[db]\npassword = textIniSecret\nhost = h", "textIniSecret"),
+    ("db:\n  - token: textYamlSecret", "textYamlSecret"),
+    ('args=["--hf-token", "textListSecret"]', "textListSecret"),
+    ("x|password=textPipeSecret", "textPipeSecret"),
+])
+def test_the_probes_low_forms_are_hidden_in_a_text(text, secret):
+    shown = redact_text(text)
+    assert secret not in shown and REDACTED in shown, shown
+    assert redact_text(shown) == shown
+
+
+def test_a_name_after_punctuation_hides_its_value_only():
+    """A name counts after any punctuation (`x|password=`), but after `;` `&` `?` `#` a
+    parameter's value ends at the next `;` or `&`: a connection string keeps what follows its
+    key (the first cut of that change hid `;EndpointSuffix=...` with it)."""
+    assert redact_text("DefaultEndpointsProtocol=https;AccountName=a;AccountKey=k1+/==;"
+                       "EndpointSuffix=core.windows.net") == (
+        f"DefaultEndpointsProtocol=https;AccountName=a;AccountKey={REDACTED};"
+        "EndpointSuffix=core.windows.net")
+    assert redact_text("a;token=t1&lr=3e-4 x|password=p1 y") == \
+        f"a;token={REDACTED}&lr=3e-4 x|password={REDACTED} y"
+
+
+@pytest.mark.parametrize("argv", [
+    # plurals and numbers that are ML arguments, not secrets
+    ["x", "--max-tokens=512", "--num-keys=8", "--tokens-per-batch=4096", "--special-tokens=3"],
+    ["x", "--tokens", "1e9", "--keys", "input,label", "--sort-keys", "--layer2=4"],
+    ["x", "--password-file", "/run/secrets/db", "--token-file=/run/secrets/hf"],
+    ["x", "https://h/?page=2&max_tokens=5#section-2"], ["x", "a|b=c", "x>y=z"],
+    ["x", "--cfg=db:\n  host: h\n  port: 5432"], ["x", "--toml=lr = 3e-4"],
+])
+def test_ml_arguments_near_the_low_forms_survive(argv):
+    assert redact_argv(argv) == " ".join(argv)
+
+
 def test_redaction_is_stable_when_applied_twice():
     argv = ["train.py", "--token", "abc", PEM, "HF_TOKEN=hf_abcdefghijklmnopqrstuv"]
     once = redact_argv(argv)

@@ -13,6 +13,7 @@ import json
 import re
 import sqlite3
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,21 @@ import livedaemon
 import pytest
 from simhost import poll
 
-SECRETS = ("ghp_abcdefghijklmnopqrstuvwxyz0123456789", "hunter2", "AKIAIOSFODNN7EXAMPLE")
+SECRETS = ("ghp_abcdefghijklmnopqrstuvwxyz0123456789", "hunter2", "AKIAIOSFODNN7EXAMPLE",
+           "liveCodeSecret0", "Zq7xK9mWp2VbN4rT", "Yt5wLiveSplitTok")
+# A GPU process whose command line carries a secret in its `python -c` code (probe F2) and an
+# authorization header with no space after its name, in one argument and split in two (F1).
+WORKLOAD = """import os; os.environ['HF_TOKEN'] = 'liveCodeSecret0'
+import time
+from daemon.sim.device import Device
+dev = Device(gpu_index=0)
+dev.alloc(1 << 30)
+while True:
+    dev.kernel(0.05, sm=0.5)
+    time.sleep(0.2)
+"""
+WORKLOAD_ARGV = [sys.executable, "-c", WORKLOAD, "-H", "Authorization:Bearer Zq7xK9mWp2VbN4rT",
+                 "-H", "Authorization:Token", "Yt5wLiveSplitTok"]
 # An extra catalog's row for the simulated host's type, its source a URL with an API key.
 CATALOG_HEADER = ("provider,region,instance_type,accelerator,accelerator_count,"
                   "accelerator_memory_gib,vcpus,memory_gib,price_unit,on_demand,spot_low,"
@@ -74,16 +89,19 @@ async def _raw(socket_path: Path, path: str) -> str:
             return await response.text()
 
 
-def _hostile_host(folder: Path) -> tuple[Path, Path]:
+def _hostile_host(folder: Path, workload: bool = False) -> tuple[Path, Path]:
     """(a scenario whose GPU is named like a GitHub token, on a type an extra catalog prices
-    with a source that holds an API key; that catalog)."""
+    with a source that holds an API key, and with `workload` a process on it whose command line
+    holds secrets (WORKLOAD_ARGV); that catalog)."""
     catalog = folder / "sheet.csv"
     catalog.write_text(CATALOG_HEADER + CATALOG_ROW)
     scenario = folder / "named.toml"
     scenario.write_text(
         '[instance]\nprovider = "aws"\ntype = "p9.redacted"\nregion = "us-east-1"\n'
         '[gpu]\nmodel = "NVIDIA H100 ghp_abcdefghijklmnopqrstuvwxyz0123456789"\ncount = 1\n'
-        "memory_gib = 80\npower_idle_w = 70\npower_max_w = 700\n")
+        "memory_gib = 80\npower_idle_w = 70\npower_max_w = 700\n"
+        + (f'[[workloads]]\nname = "leaky"\ngpus = [0]\ncommand = {json.dumps(WORKLOAD_ARGV)}\n'
+           if workload else ""))
     return scenario, catalog
 
 
@@ -109,8 +127,10 @@ def test_gpu_names_price_sources_and_meter_names_are_redacted_where_read_and_kep
     GPU, the store's `gpus` table) and the price's source (an extra catalog's text: in /v1/now,
     the `price_source` label, the store's host facts) were shown as read. And the two counters'
     readings were written under one redacted name, the second overwriting the first at each
-    round. Each is redacted where it is read now, and the counters keep a name each."""
-    scenario, catalog = _hostile_host(tmp_path)
+    round. Each is redacted where it is read now, and the counters keep a name each. A GPU
+    process's command line (WORKLOAD_ARGV) is served and stored with the secrets in its code and
+    its authorization headers hidden, the schemes kept."""
+    scenario, catalog = _hostile_host(tmp_path, workload=True)
     meters = [{"target": "svc", "url": f"{exporter}?token={token}", "metric": "requests",
                "unit": "requests", "per": 1000} for token in ("hunter2", SECRETS[2])]
     daemon = mlcostd("idle-host", interval=1.0, args=["--simulate", str(scenario)], config={
@@ -127,6 +147,12 @@ def test_gpu_names_price_sources_and_meter_names_are_redacted_where_read_and_kep
         return rows if len(rows) == 2 else None
 
     poll(recorded, 90, "both counters recorded", explain=daemon.log_tail)
+
+    def leaky() -> str | None:
+        return next((p["command"] for p in daemon.now().get("processes") or []
+                     if "Authorization:" in p["command"]), None)
+
+    command = poll(leaky, 90, "the workload's command line served", explain=daemon.log_tail)
     now = daemon.now()
     served = {"now": json.dumps(now), "metrics": asyncio.run(_raw(daemon.socket, "/metrics"))}
     assert daemon.stop() == 0, daemon.log_tail()
@@ -142,6 +168,10 @@ def test_gpu_names_price_sources_and_meter_names_are_redacted_where_read_and_kep
         data = stored.read_bytes()
         leaks[stored.name] = [w for w in SECRETS if w.encode() in data]
     assert not any(leaks.values()), json.dumps({k: v for k, v in leaks.items() if v})
+    # the command line, redacted at the source: the code's value, each header's credential
+    assert "os.environ['HF_TOKEN'] = <redacted>" in command, command
+    assert command.endswith("-H Authorization:Bearer <redacted> -H Authorization:Token "
+                            "<redacted>"), command
     # each is shown, redacted: the GPU's name, the price's source
     assert now["gpus"][0]["name"] == "NVIDIA H100 <redacted>", now["gpus"]
     assert 'modelName="NVIDIA H100 <redacted>"' in served["metrics"]

@@ -65,6 +65,15 @@ FORMS: list[tuple[list[str], bool]] = [
     (["env", 'HF_TOKEN="{s}"'], True),
     (["python", "-c", "login(password='{s}')"], True),
     (["curl", "-u", "user:{s}"], False),
+    # the redaction probe's forms (F1: no space after the header's name; F2: a program's code;
+    # F3: a numbered name, a fragment's token, a list of arguments, a YAML line)
+    (["curl", "-H", "Authorization:Bearer {s}"], True),
+    (["curl", "-H", "Authorization:Token", "{s}"], True),
+    (["python", "-c", "import os; os.environ['HF_TOKEN']='{s}'; import train"], False),
+    (["x", "--password2={s}"], True),
+    (["x", "https://h/cb#access_token={s}&token_type=bearer"], True),
+    (["x", '--config-json=["--password","{s}"]'], True),
+    (["x", "--cfg=db:\n  password: {s}"], True),
 ]
 
 # Upper case and digits, starting with a letter: never a port, never in ORDINARY, and long
