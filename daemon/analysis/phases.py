@@ -58,11 +58,14 @@ from daemon.analysis.stack_rules import (
     LOCK,
     LOCK_CALL,
     LOCK_WAIT,
+    LOOP_LINES_LOOKED_AT,
     PEER_WAIT,
     POLL_LINES_LOOKED_AT,
     POLLING_TAKE,
     PROMPT_WAIT,
     PYTHON_ON_CPU,
+    REMOTE_FETCHES,
+    REMOTE_WAIT,
     SLEEP_CALL,
     SOCKET_READ_CALL,
     SOURCE_CALLS,
@@ -405,6 +408,11 @@ def classify(
                                 source_line)
         if polling is not None:
             return polling
+        retrying = _retries_remote(responsible,
+                                   frames[outside] if outside < len(frames) else None,
+                                   source_line)
+        if retrying is not None:
+            return retrying
         return Classification(IDLE, line_call[1] + WITH_GPU_IDLE, responsible)
     if proc_state == "D":
         return Classification(DATA_WAIT, "process in uninterruptible I/O sleep (D state)", responsible)
@@ -806,6 +814,90 @@ def _takes_near(frame: Frame, source_line: SourceLine) -> tuple[int, str, str] |
                     return at, code.strip()[:80], what
             if step < 0 and code.lstrip().startswith(("def ", "async def ", "class ")):
                 break  # the function's first line: nothing above it is this function's
+    return None
+
+
+def _retries_remote(frame: Frame | None, caller: Frame | None,
+                    source_line: SourceLine | None) -> Classification | None:
+    """Idle, waiting on a remote service, where `frame`'s line sleeps in a loop that fetches
+    from one (REMOTE_FETCHES: urllib, requests/httpx, a session's or a client's request, S3,
+    GCS and Azure blob reads, fsspec, the Hugging Face Hub, a remote URL) within
+    POLL_LINES_LOOKED_AT lines of the sleep and inside the same loop, or its caller's line
+    (`caller`: the frame right outside it, in a function of the user's) does so: a retry with
+    backoff of a store that throttles or fails, or a poll of one not ready, that goes on when
+    it answers. None for any other sleep (a fetch before the loop, a stalled job's sleep)."""
+    if frame is None or source_line is None or not _calls(frame, SLEEP_CALL, source_line):
+        return None
+    sleep = _code(frame, source_line)
+    looked_at = [frame]
+    if caller is not None and is_user_code(caller) and caller.name != "<module>":
+        looked_at.append(caller)
+    for where in looked_at:
+        found = _fetches_in_loop(where, source_line)
+        if found is not None:
+            at, code, what = found
+            whose = "" if where is frame else f" in its caller {where.name}"
+            return Classification(
+                IDLE, f"{REMOTE_WAIT}: sleeping (`{sleep}`) in a loop that requests from "
+                f"{what} (`{code}`, line {at}{whose}): a retry with backoff of a service that "
+                "throttled or failed, or a poll of one not ready; it goes on when the service "
+                "answers", frame)
+    return None
+
+
+def _indent(text: str) -> int:
+    return len(text) - len(text.lstrip(" \t"))
+
+
+def _loop_header(frame: Frame, source_line: SourceLine) -> tuple[int, int] | None:
+    """The line number and indentation of the `for`/`while` loop `frame`'s line is in, looked
+    for up to LOOP_LINES_LOOKED_AT lines above it and not past its function's `def`; None where
+    its line is in no loop of its function."""
+    text = source_line(frame)
+    if text is None:
+        return None
+    inner = _indent(text)
+    for lines in range(1, LOOP_LINES_LOOKED_AT + 1):
+        at = frame.line - lines
+        if at < 1:
+            return None
+        above = source_line(Frame(frame.name, frame.filename, at))
+        if above is None:
+            return None
+        code = above.split("#", 1)[0]
+        if not code.strip() or _indent(above) >= inner:
+            continue  # a blank line, a comment, or a line of the same block or deeper
+        inner = _indent(above)
+        head = code.lstrip()
+        if head.startswith(("for ", "while ", "async for ")):
+            return at, inner
+        if head.startswith(("def ", "async def ", "class ")):
+            return None
+    return None
+
+
+def _fetches_in_loop(frame: Frame, source_line: SourceLine) -> tuple[int, str, str] | None:
+    """The line (its number, its code and whom it requests from) within POLL_LINES_LOOKED_AT
+    lines of `frame`'s, before or after it, inside the loop `frame`'s line is in (its header
+    included), that requests from a remote service (REMOTE_FETCHES); None where none does."""
+    header = _loop_header(frame, source_line)
+    if header is None:
+        return None
+    top, indent = header
+    for step in (-1, 1):
+        for lines in range(1, POLL_LINES_LOOKED_AT + 1):
+            at = frame.line + step * lines
+            if at < top:
+                break  # above the loop
+            text = source_line(Frame(frame.name, frame.filename, at))
+            if text is None:
+                break
+            code = text.split("#", 1)[0]
+            if at != top and code.strip() and _indent(text) <= indent:
+                break  # out of the loop (below it; above it, another statement of its block)
+            for pattern, what in REMOTE_FETCHES:
+                if pattern.search(code):
+                    return at, code.strip()[:80], what
     return None
 
 

@@ -1,0 +1,196 @@
+"""Probe 147's shapes: a job retrying a throttled object store (H1), the idle_gpu_held SIGTERM's
+words (L2), and a Jupyter-style kernel read as a server (M1, L3). Built from the probe's recorded
+stacks, sources and figures (/work/probe147: A2quiet, A2load)."""
+
+from __future__ import annotations
+
+import pytest
+from test_rules import by_rule, pid_id, recs, window
+
+from daemon.analysis import stack_rules
+from daemon.analysis.idleness import process_evidence
+from daemon.analysis.kinds import NOTEBOOK, TRAINING, Kind
+from daemon.analysis.phases import classify
+from daemon.sources.frames import Frame, ThreadStack
+
+# probe 147's shard_train.py, lines 11-21 and 29, as the daemon reads them (its file, unchanged)
+SHARD_TRAIN = {
+    11: "def fetch(i):",
+    12: "    delay = 1.0",
+    13: "    for attempt in range(20):",
+    14: "        try:",
+    15: "            with urllib.request.urlopen(URL.format(i), timeout=30) as r:",
+    16: "                return r.read()",
+    17: "        except (urllib.error.HTTPError, urllib.error.URLError, TimeoutError) as e:",
+    18: '            log.warning("shard %d attempt %d: %s; retrying in %.1fs", i, attempt, e, '
+        "delay)",
+    19: "        time.sleep(delay * random.uniform(0.8, 1.2))",
+    20: "        delay = min(delay * 2, 32.0)",
+    21: '    raise RuntimeError(f"shard {i}: gave up")',
+    22: "",
+    23: "def main():",
+    28: "    while True:",
+    29: "        data = fetch(i)",
+}
+SHARD_FILE = "/work/probe147/progs/shard_train.py"
+# its main thread in all 95 of 95 dumps (A2quiet): the sleep, C, below fetch's line 19
+SHARD_STACK = [(SHARD_FILE, "fetch", 19), (SHARD_FILE, "main", 29),
+               (SHARD_FILE, "<module>", 35)]
+
+
+def main_thread(frames: list[tuple[str, str, int]]) -> list[ThreadStack]:
+    return [ThreadStack(1, "MainThread", False, tuple(Frame(n, f, ln) for f, n, ln in frames))]
+
+
+def lines(source: dict[int, str]):
+    return lambda frame: source.get(frame.line)
+
+
+def test_a_sleep_in_a_loop_that_retries_an_http_download_waits_on_a_remote_service():
+    """H1: shard_train.py's backoff sleep read "sleeping or waiting" and kept idle_gpu_held's
+    SIGTERM; its loop's urlopen, 4 lines above the sleep, makes it a wait on a remote service."""
+    found = classify(main_thread(SHARD_STACK), gpu_busy=False, source_line=lines(SHARD_TRAIN))
+    assert found.phase == "idle", found
+    assert found.reason.startswith(stack_rules.REMOTE_WAIT), found.reason
+    assert "urllib.request.urlopen(URL.format(i), timeout=30)" in found.reason, found.reason
+    assert "line 15" in found.reason and "(urllib)" in found.reason, found.reason
+    assert found.frame == Frame("fetch", SHARD_FILE, 19)
+
+
+@pytest.mark.parametrize("fetch, what", [
+    ("            r = requests.get(url, timeout=10)", "requests/httpx"),
+    ("            r = httpx.post(url, json=batch)", "requests/httpx"),
+    ("            r = self.session.get(url, stream=True)", "a session"),
+    ("            async with session.get(url) as r:", "a session"),
+    ("            obj = s3.get_object(Bucket=bucket, Key=key)", "S3"),
+    ("            s3.download_file(bucket, key, local)", "S3"),
+    ("            blob.download_to_filename(local)", "Google Cloud Storage"),
+    ("            data = blob_client.download_blob().readall()", "Azure"),
+    ("            with fsspec.open(path, 'rb') as f:", "fsspec"),
+    ("            with fs.open(f's3://{bucket}/{key}', 'rb') as f:", "a remote URL"),
+    ("            path = hf_hub_download(repo_id, filename)", "Hugging Face"),
+])
+def test_each_named_client_of_a_remote_store_in_the_retry_loop(fetch, what):
+    source = {**SHARD_TRAIN, 15: fetch, 16: "                break"}
+    found = classify(main_thread(SHARD_STACK), gpu_busy=False, source_line=lines(source))
+    assert found.reason.startswith(stack_rules.REMOTE_WAIT), (fetch, found.reason)
+    assert what in found.reason, (fetch, found.reason)
+
+
+def test_a_sleep_in_a_helper_called_from_the_retry_loop_and_a_fetch_in_the_loops_header():
+    helper = {5: "def backoff(n):", 6: "    time.sleep(min(2 ** n, 32))",
+              10: "def fetch(url):", 11: "    for n in range(8):",
+              12: "        r = requests.get(url)", 13: "        if r.ok:",
+              14: "            return r.content", 15: "        backoff(n)"}
+    stack = [("/srv/job.py", "backoff", 6), ("/srv/job.py", "fetch", 15),
+             ("/srv/job.py", "<module>", 30)]
+    found = classify(main_thread(stack), gpu_busy=False, source_line=lines(helper))
+    assert found.reason.startswith(stack_rules.REMOTE_WAIT), found.reason
+    assert "in its caller fetch" in found.reason, found.reason
+    header = {20: "    while requests.get(status_url).json()['state'] != 'ready':",
+              21: "        time.sleep(30)"}
+    found = classify(main_thread([("/srv/job.py", "wait_ready", 21)]), gpu_busy=False,
+                     source_line=lines(header))
+    assert found.reason.startswith(stack_rules.REMOTE_WAIT), found.reason
+
+
+@pytest.mark.parametrize("source", [
+    # a stalled loop: no fetch near its sleep
+    {**SHARD_TRAIN, 15: "            with open(path, 'rb') as r:"},
+    # a dict's get, a queue's get: no named client
+    {**SHARD_TRAIN, 15: "            r = cfg.get('url')"},
+    # the download done before the loop; the loop only waits for a go-file
+    {10: "    data = urllib.request.urlopen(url).read()", 11: "    while not os.path.exists(go):",
+     12: "        time.sleep(5)"},
+    # a fetch after the loop, at the function's level
+    {11: "    while not os.path.exists(go):", 12: "        time.sleep(5)",
+     13: "    data = requests.get(url).content"},
+    # a fetch in the loop but further than POLL_LINES_LOOKED_AT from the sleep
+    {3: "    while True:", 4: "        r = requests.get(url)",
+     **{n: "        step()" for n in range(5, 12)}, 12: "        time.sleep(5)"},
+    # a sleep in no loop, a fetch just above it
+    {10: "def wait():", 11: "    r = requests.get(url)", 12: "    time.sleep(600)"},
+])
+def test_a_sleep_with_no_fetch_in_its_loop_stays_a_plain_sleep(source):
+    at = max(n for n, text in source.items() if "sleep(" in text)
+    found = classify(main_thread([("/srv/job.py", "wait", at)]), gpu_busy=False,
+                     source_line=lines(source))
+    assert found.phase == "idle", found
+    assert found.reason.startswith("sleeping or waiting"), (source, found.reason)
+
+
+def test_a_hostile_line_is_bounded():
+    source = {3: "    while True:", 4: "        x = requests.get(" + "(" * 100_000,
+              5: "        time.sleep(1)" + " " * 4000}
+    found = classify(main_thread([("/srv/job.py", "f", 5)]), gpu_busy=False,
+                     source_line=lines(source))
+    assert found.reason.startswith(stack_rules.REMOTE_WAIT)
+    assert len(found.reason) < 600, len(found.reason)
+
+
+def _shard_window():
+    """Probe 147's shard_train.py in A2quiet: 16 GiB on GPU 5, no kernels after a 1 s warm-up,
+    its CPU still (5e-05 cores), its stacks in the backoff sleep 95 of 95 dumps."""
+    s = window(n=61, utils=[0.0] * 8, holders={0: 0.0}, mem=16 * 2**30,
+               command="/srv/venv/bin/python /work/probe147/progs/shard_train.py")
+    found = classify(main_thread(SHARD_STACK), gpu_busy=False, source_line=lines(SHARD_TRAIN))
+    stacks = [{"frames": ["shard_train.py:19 fetch"], "file": SHARD_FILE, "line": 19,
+               "function": "fetch", "samples": 95, "reason": found.reason}]
+    phases = {pid_id(s): {"idle": {"seconds": 207.9, "share": 0.9996, "gpu_idle_seconds": 0,
+                                   "top_stacks": stacks},
+                          "compute": {"seconds": 0.08, "share": 0.0004, "gpu_idle_seconds": 0,
+                                      "top_stacks": []}}}
+    return s, phases
+
+
+def test_a_job_retrying_its_store_is_told_to_look_at_the_service_not_sent_sigterm():
+    """H1: idle_gpu_held offered `sigterm` to shard_train.py. Its money idling is still
+    reported; the action names the wait and what to do, no kill; its host is not stopped."""
+    s, phases = _shard_window()
+    kinds = {pid_id(s): Kind(TRAINING, 0.5, ("'train' on its command line",))}
+    found = recs(s, phases, kinds=kinds)
+    [rec] = by_rule(found, "idle_gpu_held")
+    assert rec.action["kind"] == "copy_commands", rec.action
+    assert "signal" not in rec.action
+    assert not any("kill" in c for c in rec.action["commands"]), rec.action
+    assert f"retries or polls a remote service ({SHARD_FILE}:19" in rec.action["text"]
+    assert "prefetch/cache its shards locally" in rec.action["text"]
+    assert "retries/waits on a remote store" in rec.summary, rec.summary
+    assert rec.savings_per_month > 0
+    assert by_rule(found, "host_idle") == []
+    # a plain sleep there (no fetch in its loop) keeps the SIGTERM, as the README says
+    plain = {**SHARD_TRAIN, 15: "            with open(path, 'rb') as r:"}
+    slept = classify(main_thread(SHARD_STACK), gpu_busy=False, source_line=lines(plain))
+    phases[pid_id(s)]["idle"]["top_stacks"][0]["reason"] = slept.reason
+    [rec] = by_rule(recs(s, phases, kinds=kinds), "idle_gpu_held")
+    assert rec.action["kind"] == "sigterm", rec.action
+
+
+def test_mlcostd_idle_counts_a_job_retrying_its_store_as_active():
+    s, phases = _shard_window()
+    reason = phases[pid_id(s)]["idle"]["top_stacks"][0]["reason"]
+    proc = {"phase": "idle", "phase_reasons": {"idle": reason}, "phases": {"idle": 0.9996}}
+    assert any("remote service" in why for why, _ in process_evidence(proc))
+    proc["phase_reasons"] = {"idle": "sleeping or waiting: `time.sleep(5)` with the GPU idle"}
+    assert process_evidence(proc) == []
+
+
+def test_the_sigterm_says_what_the_process_is():
+    """L2: a training job was told "close the notebook kernel / job"."""
+    s = window(n=61, utils=[0.0] * 8, holders={0: 0.0}, command="python stalled.py")
+    stacks = [{"frames": ["job.py:8 <module>"], "file": "/srv/job.py", "line": 8,
+               "function": "<module>", "samples": 20,
+               "reason": "sleeping or waiting: `time.sleep(60)` with the GPU idle"}]
+    phases = {pid_id(s): {"idle": {"seconds": 600, "share": 1.0, "gpu_idle_seconds": 0,
+                                   "top_stacks": stacks}}}
+    [job] = by_rule(recs(s, phases, kinds={pid_id(s): Kind(TRAINING, 0.5, ("t",))}),
+                    "idle_gpu_held")
+    assert job.action["kind"] == "sigterm", job.action
+    assert "notebook" not in job.action["text"], job.action["text"]
+    assert job.action["text"] == "release the GPU: stop the job: send SIGTERM to pid 42 after " \
+                                 "confirmation"
+    [nb] = by_rule(recs(s, phases, kinds={pid_id(s): Kind(NOTEBOOK, 0.9, ("t",))}),
+                   "idle_gpu_held")
+    assert nb.action["kind"] == "sigterm", nb.action
+    assert "shut its kernel down (or ask its user)" in nb.action["text"], nb.action["text"]
+    assert "is lost" in nb.action["text"], nb.action["text"]
