@@ -9,9 +9,11 @@ from test_rules import by_rule, pid_id, recs, window
 
 from daemon.analysis import stack_rules
 from daemon.analysis.idleness import process_evidence
-from daemon.analysis.kinds import NOTEBOOK, TRAINING, Kind
+from daemon.analysis.inference_audit import audit_inference
+from daemon.analysis.kinds import NOTEBOOK, ONLINE_INFERENCE, TRAINING, Kind, classify_kind
 from daemon.analysis.phases import classify
 from daemon.sources.frames import Frame, ThreadStack
+from daemon.sources.kindfacts import KindFacts
 
 # probe 147's shard_train.py, lines 11-21 and 29, as the daemon reads them (its file, unchanged)
 SHARD_TRAIN = {
@@ -194,3 +196,84 @@ def test_the_sigterm_says_what_the_process_is():
     assert nb.action["kind"] == "sigterm", nb.action
     assert "shut its kernel down (or ask its user)" in nb.action["text"], nb.action["text"]
     assert "is lost" in nb.action["text"], nb.action["text"]
+
+
+# probe 147's kernel.py as the kind classifier saw it in A2quiet: three TCP listeners on
+# 127.0.0.1 (shell, control, heartbeat), its frontend connected to two of them, its GPU idle
+PROBE_KERNEL = ("/work/wt-probe147/.venv/bin/python /work/probe147/progs/kernel.py -f "
+                "/work/probe147/rt/kernel-5b1e.json")
+IPYKERNEL = ("/usr/bin/python3 -m ipykernel_launcher -f "
+             "/root/.local/share/jupyter/runtime/kernel-0b8e1c9e-4d7a-4d1e-9a53-2f1c5b7e0a11.json")
+VSCODE_KERNEL = ("/opt/conda/bin/python -m ipykernel_launcher --ip=127.0.0.1 --stdin=9003 "
+                 "--control=9001 --hb=9000 --shell=9002 --transport=\"tcp\" --iopub=9004 "
+                 "--f=/root/.local/share/jupyter/runtime/kernel-v2-3042Gs4pQm1rE2.json")
+
+
+def kernel_facts(**kw) -> KindFacts:
+    base = {"listening_ports": (33077, 42129, 44791), "accepted_seen_at": 1000.0,
+            "accepted_connections": 2, "accepted_reads": 21, "connections_caught": 2,
+            "sockets_read_at": 1201.0, "first_sockets_read_at": 1000.0}
+    return KindFacts(**{**base, **kw})
+
+
+@pytest.mark.parametrize("command", [PROBE_KERNEL, IPYKERNEL, VSCODE_KERNEL])
+def test_a_jupyter_kernel_connected_to_its_frontend_is_a_notebook_not_a_server(command):
+    """M1: kernel.py read online_inference 0.44, serves True (listens 2 + accepted 2 tied with
+    the kernel command line's 4, and the tie went to the first kind in KINDS), and got
+    idle_server's "scale to zero ... per 1k requests"; its kind record carried the inference
+    audit's "vLLM or TGI" (L3). A kernel's ports are its frontend's."""
+    kind = classify_kind(command, kernel_facts(), {}, now=1201.0, gpu_use="idle")
+    assert kind.kind == NOTEBOOK, kind
+    assert kind.serves is False, kind
+    assert any("its frontend" in e for e in kind.evidence), kind.evidence
+    assert audit_inference(kind, kernel_facts()) is None  # no "vLLM or TGI" (L3)
+    # while it runs cells (bursty GPU use while connected): still a notebook
+    busy = classify_kind(command, kernel_facts(), {}, now=1201.0, gpu_use="bursty",
+                         kernels_at=1200.0)
+    assert busy.kind == NOTEBOOK, busy
+
+
+def test_a_notebook_kernel_is_told_to_save_and_shut_down_not_to_scale_to_zero():
+    """M1 end to end: the kernel's kind from its probe figures, through the rules."""
+    s = window(n=61, utils=[0.0] * 8, holders={0: 0.0}, mem=14 * 2**30, command=PROBE_KERNEL)
+    kind = classify_kind(PROBE_KERNEL, kernel_facts(), {}, now=1201.0, gpu_use="idle")
+    stacks = [{"frames": ["kernel.py:54 main"], "file": "/work/probe147/progs/kernel.py",
+               "line": 54, "function": "main", "samples": 85,
+               "reason": "waiting in select (selectors.py:468 EpollSelector.select)"}]
+    phases = {pid_id(s): {"idle": {"seconds": 190, "share": 0.92, "gpu_idle_seconds": 0,
+                                   "top_stacks": stacks}}}
+    found = recs(s, phases, kinds={pid_id(s): kind})
+    assert by_rule(found, "idle_server") == []
+    [rec] = by_rule(found, "idle_gpu_held")
+    assert "shut its kernel down (or ask its user)" in rec.action["text"], rec.action
+    assert "is lost" in rec.action["text"], rec.action
+    assert rec.savings_per_month > 0
+
+
+def test_a_server_a_kernel_runs_in_a_cell_still_serves():
+    """What the kernel's ports no longer count for: a server started from a cell (uvicorn's
+    loop in a thread, accepting on its port) is still a server, never offered the SIGTERM."""
+    kind = classify_kind(IPYKERNEL, kernel_facts(listening_ports=(33077, 42129, 44791, 7860)),
+                         {"server_loop": 1200.0, "ipykernel": 1200.0}, now=1201.0,
+                         gpu_use="idle")
+    assert kind.serves is True, kind
+
+
+def test_a_tie_between_serving_and_a_notebook_goes_to_serving_by_rule_not_by_order():
+    """Equal scores: the kind that is never stopped (online inference) wins, as an explicit
+    preference, whatever the order of KINDS."""
+    from daemon.analysis import kinds as kinds_module
+
+    facts = KindFacts(listening_ports=(8000,), accepted_seen_at=1000.0, accepted_connections=1,
+                      accepted_reads=3, prompt="bare")
+    kind = classify_kind("python", facts, {}, now=1201.0, gpu_use="idle")
+    assert kind.scores[ONLINE_INFERENCE] == kind.scores[NOTEBOOK], kind.scores
+    assert kind.kind == ONLINE_INFERENCE, kind
+    original = kinds_module.KINDS
+    try:
+        kinds_module.KINDS = (kinds_module.NOTEBOOK, *(k for k in original
+                                                       if k != kinds_module.NOTEBOOK))
+        again = classify_kind("python", facts, {}, now=1201.0, gpu_use="idle")
+    finally:
+        kinds_module.KINDS = original
+    assert again.kind == ONLINE_INFERENCE, again
