@@ -257,6 +257,13 @@ def test_a_server_a_kernel_runs_in_a_cell_still_serves():
                          {"server_loop": 1200.0, "ipykernel": 1200.0}, now=1201.0,
                          gpu_use="idle")
     assert kind.serves is True, kind
+    # under jupyter-lab, with ipykernel's frames: a notebook by its score, serving all the same
+    # (it read notebook, serves False, and kept idle_gpu_held's SIGTERM)
+    lab = classify_kind(IPYKERNEL, kernel_facts(listening_ports=(33077, 42129, 44791, 7860),
+                                                parent="jupyter"),
+                        {"server_loop": 1200.0, "ipykernel": 1200.0}, now=1201.0,
+                        gpu_use="idle")
+    assert lab.kind == NOTEBOOK and lab.serves is True, lab
 
 
 def test_a_tie_between_serving_and_a_notebook_goes_to_serving_by_rule_not_by_order():
