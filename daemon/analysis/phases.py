@@ -879,26 +879,51 @@ def _loop_header(frame: Frame, source_line: SourceLine) -> tuple[int, int] | Non
 def _fetches_in_loop(frame: Frame, source_line: SourceLine) -> tuple[int, str, str] | None:
     """The line (its number, its code and whom it requests from) within POLL_LINES_LOOKED_AT
     lines of `frame`'s, before or after it, inside the loop `frame`'s line is in (its header
-    included), that requests from a remote service (REMOTE_FETCHES); None where none does."""
-    header = _loop_header(frame, source_line)
-    if header is None:
-        return None
-    top, indent = header
-    for step in (-1, 1):
+    included), that requests from a remote service (REMOTE_FETCHES); None where none does. The
+    lines around it are read first, the loop's header only where one of them requests (a
+    stalled job's sleep costs no more reads than a poller's look)."""
+    found: list[tuple[int, str, str, int]] = []  # (line, code, whom, indentation)
+    for step in (-1, 1):  # up to the function's first line, then down to the next function's
         for lines in range(1, POLL_LINES_LOOKED_AT + 1):
             at = frame.line + step * lines
-            if at < top:
-                break  # above the loop
+            if at < 1:
+                break
             text = source_line(Frame(frame.name, frame.filename, at))
             if text is None:
                 break
             code = text.split("#", 1)[0]
-            if at != top and code.strip() and _indent(text) <= indent:
-                break  # out of the loop (below it; above it, another statement of its block)
-            for pattern, what in REMOTE_FETCHES:
-                if pattern.search(code):
-                    return at, code.strip()[:80], what
+            head = code.lstrip()
+            if step > 0 and head.startswith(("def ", "async def ", "class ")):
+                break
+            what = next((what for pattern, what in REMOTE_FETCHES if pattern.search(code)),
+                        None)
+            if what is not None:
+                found.append((at, code.strip()[:80], what, _indent(text)))
+            if step < 0 and head.startswith(("def ", "async def ", "class ")):
+                break
+    if not found:
+        return None
+    header = _loop_header(frame, source_line)
+    if header is None:
+        return None
+    top, indent = header
+    for at, code, what, _ in sorted(found, key=lambda f: abs(f[0] - frame.line)):
+        if at == top or (at > top and _within(frame, at, indent, source_line)):
+            return at, code, what
     return None
+
+
+def _within(frame: Frame, at: int, indent: int, source_line: SourceLine) -> bool:
+    """Whether every line from the loop's body down or up to `at` (from `frame`'s line, `at`
+    included) is deeper than the loop's header (`indent`): `at` is in that loop."""
+    step = 1 if at > frame.line else -1
+    for line in range(frame.line + step, at + step, step):
+        text = source_line(Frame(frame.name, frame.filename, line))
+        if text is None:
+            return False
+        if text.split("#", 1)[0].strip() and _indent(text) <= indent:
+            return False
+    return True
 
 
 def _receives_from_sqs(called: Sequence[Frame], responsible: Frame | None,
