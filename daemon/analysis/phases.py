@@ -93,6 +93,7 @@ from daemon.analysis.stack_rules import (
     is_user_code,
     name_matches,
     process_read,
+    retry_sleep,
     rule_for,
     stream_read,
     user_frame,
@@ -440,6 +441,14 @@ def classify(
                 f".item()/.cpu() leaves no Python frame){_busy_text(signals)}", responsible,
             )
     if thread is not None and not thread.active:
+        library_retry = retry_sleep(called[0]) if called else None
+        if library_retry is not None:
+            code = _code(responsible, source_line)
+            return Classification(
+                IDLE, f"{REMOTE_WAIT}: sleeping in the backoff of {library_retry} "
+                f"({_where(called[0])}) between tries of a request its line makes"
+                + (f" (`{code}`)" if code else "") + ": a service that throttled or failed; "
+                "it goes on when the service answers", responsible)
         return Classification(IDLE, "main thread blocked" + WITH_GPU_IDLE, responsible)
     return Classification(UNKNOWN, "host code running while the GPU idles"
                           + _queued_text(signals), responsible)

@@ -449,6 +449,30 @@ REMOTE_FETCHES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"\b(hf_hub_download|snapshot_download)\(", "the Hugging Face Hub"),
         (r"\w\(.*['\"](s3a?|gs|gcs|az|abfss?|https?)://", "a remote URL"),
     ))
+# Client libraries that retry a request themselves and sleep between tries (their backoff), the
+# sleep in C right below their frame: urllib3's Retry (requests' HTTPAdapter(max_retries=...)),
+# botocore's retries (boto3: legacy and standard modes sleep in Endpoint._needs_retry),
+# tenacity, backoff's on_exception, google-api-core's Retry, huggingface_hub's http_backoff
+# (urllib3 2.8's and botocore 1.44's frames read from their code; the others' from their
+# sources: tenacity's nap.sleep, backoff's _sync.retry_exception, api_core's retry_target, each
+# a time.sleep in C below it). The innermost
+# frame is theirs, asleep: the user's line made a request that failed and is being retried
+# (phases._retried_by_library; REMOTE_WAIT, never the SIGTERM).
+RETRY_SLEEPS: tuple[tuple[str, str, str], ...] = (
+    ("*/urllib3/util/retry.py", "Retry.*sleep*", "urllib3's Retry"),
+    ("*/botocore/endpoint.py", "Endpoint._needs_retry", "botocore's retries"),
+    ("*/tenacity/nap.py", "sleep", "tenacity"),
+    ("*/backoff/_sync.py", "retry_exception.<locals>.retry", "backoff's on_exception"),
+    ("*/google/api_core/retry*.py", "retry_target", "google-api-core's Retry"),
+    ("*/huggingface_hub/utils/_http.py", "*http_backoff*", "huggingface_hub's http_backoff"),
+)
+
+
+def retry_sleep(frame: Frame) -> str | None:
+    """Which client library's retry backoff `frame` is (RETRY_SLEEPS), else None."""
+    return next((what for file, name, what in RETRY_SLEEPS if _is(frame, file, name)), None)
+
+
 # How far above the sleep its loop's header is looked for (a retry loop's body is short; a
 # `for`/`while` further up is some other loop).
 LOOP_LINES_LOOKED_AT = 30

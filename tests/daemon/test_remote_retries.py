@@ -121,6 +121,48 @@ def test_a_sleep_with_no_fetch_in_its_loop_stays_a_plain_sleep(source):
     assert found.reason.startswith("sleeping or waiting"), (source, found.reason)
 
 
+SITE = "/srv/venv/lib/python3.11/site-packages"
+# requests with HTTPAdapter(max_retries=Retry(backoff_factor=...)) asleep in urllib3 2.8's
+# backoff, and boto3 asleep in botocore 1.44's retry (their files' own line numbers)
+URLLIB3_RETRY = [(f"{SITE}/urllib3/util/retry.py", "Retry._sleep_backoff", 383),
+                 (f"{SITE}/urllib3/util/retry.py", "Retry.sleep", 399),
+                 (f"{SITE}/urllib3/connectionpool.py", "HTTPConnectionPool.urlopen", 972),
+                 (f"{SITE}/requests/adapters.py", "HTTPAdapter.send", 696),
+                 (f"{SITE}/requests/sessions.py", "Session.send", 703),
+                 (f"{SITE}/requests/sessions.py", "Session.request", 589),
+                 (f"{SITE}/requests/sessions.py", "Session.get", 602),
+                 ("/srv/job.py", "fetch", 12), ("/srv/job.py", "<module>", 30)]
+BOTOCORE_RETRY = [(f"{SITE}/botocore/endpoint.py", "Endpoint._needs_retry", 381),
+                  (f"{SITE}/botocore/endpoint.py", "Endpoint._send_request", 202),
+                  (f"{SITE}/botocore/endpoint.py", "Endpoint.make_request", 119),
+                  (f"{SITE}/botocore/client.py", "BaseClient._make_api_call", 1005),
+                  (f"{SITE}/botocore/client.py",
+                   "ClientCreator._create_api_method.<locals>._api_call", 565),
+                  ("/srv/job.py", "fetch", 12), ("/srv/job.py", "<module>", 30)]
+TENACITY_RETRY = [(f"{SITE}/tenacity/nap.py", "sleep", 31),
+                  (f"{SITE}/tenacity/__init__.py", "Retrying.__call__", 477),
+                  (f"{SITE}/tenacity/__init__.py", "BaseRetrying.wraps.<locals>.wrapped_f", 336),
+                  ("/srv/job.py", "<module>", 30)]
+
+
+@pytest.mark.parametrize("frames, what", [(URLLIB3_RETRY, "urllib3's Retry"),
+                                          (BOTOCORE_RETRY, "botocore's retries"),
+                                          (TENACITY_RETRY, "tenacity")])
+def test_a_client_library_asleep_in_its_own_retry_backoff_waits_on_a_remote_service(frames,
+                                                                                      what):
+    """It read "main thread blocked", and idle_gpu_held offered the SIGTERM."""
+    source = {12: "        obj = s3.get_object(Bucket=b, Key=k)", 30: "data = fetch(key)"}
+    found = classify(main_thread(frames), gpu_busy=False, source_line=lines(source))
+    assert found.phase == "idle", found
+    assert found.reason.startswith(stack_rules.REMOTE_WAIT), found.reason
+    assert f"the backoff of {what}" in found.reason, found.reason
+    # the same request's frames with no retry asleep below them (a read in C): as before
+    plain = [f for f in frames if "retry" not in f[1].lower() and "nap" not in f[0]
+             and "_needs_retry" not in f[1]]
+    found = classify(main_thread(plain), gpu_busy=False, source_line=lines(source))
+    assert not found.reason.startswith(stack_rules.REMOTE_WAIT), found.reason
+
+
 def test_a_hostile_line_is_bounded():
     source = {3: "    while True:", 4: "        x = requests.get(" + "(" * 100_000,
               5: "        time.sleep(1)" + " " * 4000}
