@@ -415,6 +415,17 @@ def classify(
         if retrying is not None:
             return retrying
         return Classification(IDLE, line_call[1] + WITH_GPU_IDLE, responsible)
+    library_retry = (retry_sleep(called[0]) if called and thread is not None
+                     and not thread.active else None)
+    if library_retry is not None:
+        # (before the repeating line: asleep in the backoff, its user line repeats, and read
+        # "waiting with its GPU idle and no I/O" it kept the SIGTERM)
+        code = _code(responsible, source_line)
+        return Classification(
+            IDLE, f"{REMOTE_WAIT}: sleeping in the backoff of {library_retry} "
+            f"({_where(called[0])}) between tries of a request its line makes"
+            + (f" (`{code}`)" if code else "") + ": a service that throttled or failed; "
+            "it goes on when the service answers", responsible)
     if proc_state == "D":
         return Classification(DATA_WAIT, "process in uninterruptible I/O sleep (D state)", responsible)
     if iowait_growing:
@@ -441,14 +452,6 @@ def classify(
                 f".item()/.cpu() leaves no Python frame){_busy_text(signals)}", responsible,
             )
     if thread is not None and not thread.active:
-        library_retry = retry_sleep(called[0]) if called else None
-        if library_retry is not None:
-            code = _code(responsible, source_line)
-            return Classification(
-                IDLE, f"{REMOTE_WAIT}: sleeping in the backoff of {library_retry} "
-                f"({_where(called[0])}) between tries of a request its line makes"
-                + (f" (`{code}`)" if code else "") + ": a service that throttled or failed; "
-                "it goes on when the service answers", responsible)
         return Classification(IDLE, "main thread blocked" + WITH_GPU_IDLE, responsible)
     return Classification(UNKNOWN, "host code running while the GPU idles"
                           + _queued_text(signals), responsible)

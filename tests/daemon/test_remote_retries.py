@@ -8,6 +8,7 @@ import pytest
 from test_rules import by_rule, pid_id, recs, window
 
 from daemon.analysis import stack_rules
+from daemon.analysis.host_signals import HostSignals
 from daemon.analysis.idleness import process_evidence
 from daemon.analysis.inference_audit import audit_inference
 from daemon.analysis.kinds import NOTEBOOK, ONLINE_INFERENCE, TRAINING, Kind, classify_kind
@@ -156,6 +157,14 @@ def test_a_client_library_asleep_in_its_own_retry_backoff_waits_on_a_remote_serv
     assert found.phase == "idle", found
     assert found.reason.startswith(stack_rules.REMOTE_WAIT), found.reason
     assert f"the backoff of {what}" in found.reason, found.reason
+    # as the daemon classifies it live: the user line repeats from dump to dump, its CPU
+    # still, its GPU idle (probe 147's rerun: 46 of 47 samples read "waiting with its GPU idle
+    # and no I/O: not a sync" before this was looked at ahead of the repeating line)
+    still = HostSignals(seconds=2.0, main_thread_cpu=0.0, process_cpu=0.0, gpu_busy=False)
+    for signals in (still, None):
+        found = classify(main_thread(frames), gpu_busy=False, source_line=lines(source),
+                         repeated_leaf=True, signals=signals)
+        assert found.reason.startswith(stack_rules.REMOTE_WAIT), (signals, found.reason)
     # the same request's frames with no retry asleep below them (a read in C): as before
     plain = [f for f in frames if "retry" not in f[1].lower() and "nap" not in f[0]
              and "_needs_retry" not in f[1]]
