@@ -174,6 +174,32 @@ def command_hints(command: str) -> tuple[tuple[str, float, str], ...]:
                  if pattern.search(own))
 
 
+# A Jupyter kernel's own command line: ipykernel's launcher (`python -m ipykernel_launcher -f
+# /…/jupyter/runtime/kernel-….json`, VS Code's `--f=…/kernel-v2-….json`), or any kernel given
+# its connection file (`-f …/kernel-….json`). Such a kernel listens on its shell, control,
+# stdin, iopub and heartbeat ports (TCP, or unix sockets with transport ipc) and its frontend
+# connects to them: those ports are its frontend's, and its "requests" a person's cells, so
+# they are not counted as serving (`classify_kind`). A server it runs in a cell still shows
+# its serving frames (uvicorn, aiohttp... in a thread) and still serves. Narrower than the
+# notebook hint of COMMAND_HINTS: a folder named jupyter/ says nothing of a process's ports.
+JUPYTER_KERNEL_COMMAND = re.compile(
+    r"\bipykernel_launcher\b|-m\s+ipykernel\b|(?<!\S)--?f[= ]\S*?\bkernel-[\w.-]+\.json\b")
+
+
+@functools.lru_cache(maxsize=4096)
+def jupyter_kernel_command(command: str) -> bool:
+    """Whether `command` is a Jupyter kernel's (JUPYTER_KERNEL_COMMAND); once per command."""
+    return JUPYTER_KERNEL_COMMAND.search(command) is not None
+
+
+# Equal scores go to the kind earlier here: stated, not the order a dict was built in. A job
+# before a consumer (training before batch inference: a job's GPU use and a consumer's job
+# wait), a consumer before a server (batch before online: a worker with a port it never served
+# on), and a server before a notebook (an interactive prompt that listens and has served, a
+# person running a server from it: a server is never stopped from here).
+TIE_ORDER = (TRAINING, BATCH_INFERENCE, ONLINE_INFERENCE, NOTEBOOK, OTHER)
+
+
 # An interactive Python prompt holding a GPU (someone imported torch at `python`'s prompt and
 # left) is the session a Jupyter kernel is: as much weight as a kernel's command line.
 PROMPT_WEIGHT = 4.0
@@ -406,12 +432,23 @@ def classify_kind(command: str, facts: KindFacts | None,
                         + " and is connected to its own job's GPU processes only (its parent, "
                         "children or sibling ranks): a rank's peer port, not a service")
         ports, accepted_seen = (), False
-    if ports:
+    unix = facts.unix_listening if facts else 0
+    kernel = jupyter_kernel_command(command or "")
+    if kernel and (ports or unix):
+        # its frontend's ports: noted, not counted as serving (JUPYTER_KERNEL_COMMAND)
+        evidence.append(
+            "listens on " + (f"TCP port{'s' if len(ports) > 1 else ''} "
+                             + ", ".join(str(p) for p in ports[:4]) if ports
+                             else f"{unix} unix socket{'s' if unix > 1 else ''}")
+            + (f" and its frontend is connected ({facts.accepted_connections} open at the "
+               "last read)" if facts is not None and accepted_seen else "")
+            + ": a Jupyter kernel's ports for its frontend (shell, control, heartbeat), "
+            "not a service")
+    elif ports:
         add(ONLINE_INFERENCE, LISTEN_WEIGHT,
             f"listens on TCP port{'s' if len(ports) > 1 else ''} "
             + ", ".join(str(p) for p in ports[:4]))
-    unix = facts.unix_listening if facts else 0
-    if unix:  # behind nginx or a sidecar: served on a unix socket, not a port
+    if unix and not kernel:  # behind nginx or a sidecar: served on a unix socket, not a port
         add(ONLINE_INFERENCE, LISTEN_WEIGHT,
             f"listens on {unix} unix socket{'s' if unix > 1 else ''}")
     udp = facts.udp_ports if facts else ()
@@ -420,11 +457,16 @@ def classify_kind(command: str, facts: KindFacts | None,
             f"listens on UDP port{'s' if len(udp) > 1 else ''} "
             + ", ".join(str(p) for p in udp[:4]))
     listens = bool(ports) or bool(unix) or bool(udp)
+    if kernel:
+        accepted_seen = False  # its frontend's connections (noted above), no request's
     if facts is not None and accepted_seen:
         add(ONLINE_INFERENCE, ACCEPTED_WEIGHT,
             f"accepted connections on its port ({facts.accepted_connections} open at the last "
             f"read; seen in {facts.accepted_reads} reads)")
-    serving_frames = sorted(m for m in recent if m in SERVE_FRAMES)
+    # (a kernel's `accept` is its frontend's connection, as a rank's is its peer's: only a
+    # serving loop run in it says it serves)
+    serving_frames = sorted(m for m in recent
+                            if m in (SERVE_LOOP_FRAMES if kernel else SERVE_FRAMES))
     for marker in sorted(recent):
         kind = FRAME_KIND.get(marker)
         if kind is None:
@@ -480,9 +522,11 @@ def classify_kind(command: str, facts: KindFacts | None,
     for kind, weight, why in command_hints(command or ""):
         add(kind, weight, why)
     total = sum(scores.values())
-    best = max(scores, key=lambda k: scores[k])
+    best = max(scores, key=lambda k: (scores[k], -TIE_ORDER.index(k)))
+    # A notebook's ports are its own (a kernel's frontend, a prompt's): it serves only where a
+    # serving loop runs in it (a server started from a cell) or it serves datagrams.
     serves = (listens and (accepted_seen or bool(serving_frames) or bool(udp))
-              and best != NOTEBOOK)
+              and (best != NOTEBOOK or bool(serving_frames) or bool(udp)))
     caught: dict[str, Any] = {"peer_connections": facts.other_connections if facts else 0,
                               "sockets_unknown": unknown, "udp_ports": udp,
                               "unix_listening": unix,

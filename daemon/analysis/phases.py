@@ -59,11 +59,14 @@ from daemon.analysis.stack_rules import (
     LOCK,
     LOCK_CALL,
     LOCK_WAIT,
+    LOOP_LINES_LOOKED_AT,
     PEER_WAIT,
     POLL_LINES_LOOKED_AT,
     POLLING_TAKE,
     PROMPT_WAIT,
     PYTHON_ON_CPU,
+    REMOTE_FETCHES,
+    REMOTE_WAIT,
     RUNS_OPTIMIZER_STEP,
     SLEEP_CALL,
     SOCKET_READ_CALL,
@@ -93,6 +96,7 @@ from daemon.analysis.stack_rules import (
     name_matches,
     optimizer_step,
     process_read,
+    retry_sleep,
     rule_for,
     stream_read,
     user_frame,
@@ -408,7 +412,23 @@ def classify(
                                 source_line)
         if polling is not None:
             return polling
+        retrying = _retries_remote(responsible,
+                                   frames[outside] if outside < len(frames) else None,
+                                   source_line)
+        if retrying is not None:
+            return retrying
         return Classification(IDLE, line_call[1] + WITH_GPU_IDLE, responsible)
+    library_retry = (retry_sleep(called[0]) if called and thread is not None
+                     and not thread.active else None)
+    if library_retry is not None:
+        # (before the repeating line: asleep in the backoff, its user line repeats, and read
+        # "waiting with its GPU idle and no I/O" it kept the SIGTERM)
+        code = _code(responsible, source_line)
+        return Classification(
+            IDLE, f"{REMOTE_WAIT}: sleeping in the backoff of {library_retry} "
+            f"({_where(called[0])}) between tries of a request its line makes"
+            + (f" (`{code}`)" if code else "") + ": a service that throttled or failed; "
+            "it goes on when the service answers", responsible)
     if proc_state == "D":
         return Classification(DATA_WAIT, "process in uninterruptible I/O sleep (D state)", responsible)
     if iowait_growing:
@@ -825,6 +845,115 @@ def _takes_near(frame: Frame, source_line: SourceLine) -> tuple[int, str, str] |
             if step < 0 and code.lstrip().startswith(("def ", "async def ", "class ")):
                 break  # the function's first line: nothing above it is this function's
     return None
+
+
+def _retries_remote(frame: Frame | None, caller: Frame | None,
+                    source_line: SourceLine | None) -> Classification | None:
+    """Idle, waiting on a remote service, where `frame`'s line sleeps in a loop that fetches
+    from one (REMOTE_FETCHES: urllib, requests/httpx, a session's or a client's request, S3,
+    GCS and Azure blob reads, fsspec, the Hugging Face Hub, a remote URL) within
+    POLL_LINES_LOOKED_AT lines of the sleep and inside the same loop, or its caller's line
+    (`caller`: the frame right outside it, in a function of the user's) does so: a retry with
+    backoff of a store that throttles or fails, or a poll of one not ready, that goes on when
+    it answers. None for any other sleep (a fetch before the loop, a stalled job's sleep)."""
+    if frame is None or source_line is None or not _calls(frame, SLEEP_CALL, source_line):
+        return None
+    sleep = _code(frame, source_line)
+    looked_at = [frame]
+    if caller is not None and is_user_code(caller) and caller.name != "<module>":
+        looked_at.append(caller)
+    for where in looked_at:
+        found = _fetches_in_loop(where, source_line)
+        if found is not None:
+            at, code, what = found
+            whose = "" if where is frame else f" in its caller {where.name}"
+            return Classification(
+                IDLE, f"{REMOTE_WAIT}: sleeping (`{sleep}`) in a loop that requests from "
+                f"{what} (`{code}`, line {at}{whose}): a retry with backoff of a service that "
+                "throttled or failed, or a poll of one not ready; it goes on when the service "
+                "answers", frame)
+    return None
+
+
+def _indent(text: str) -> int:
+    return len(text) - len(text.lstrip(" \t"))
+
+
+def _loop_header(frame: Frame, source_line: SourceLine) -> tuple[int, int] | None:
+    """The line number and indentation of the `for`/`while` loop `frame`'s line is in, looked
+    for up to LOOP_LINES_LOOKED_AT lines above it and not past its function's `def`; None where
+    its line is in no loop of its function."""
+    text = source_line(frame)
+    if text is None:
+        return None
+    inner = _indent(text)
+    for lines in range(1, LOOP_LINES_LOOKED_AT + 1):
+        at = frame.line - lines
+        if at < 1:
+            return None
+        above = source_line(Frame(frame.name, frame.filename, at))
+        if above is None:
+            return None
+        code = above.split("#", 1)[0]
+        if not code.strip() or _indent(above) >= inner:
+            continue  # a blank line, a comment, or a line of the same block or deeper
+        inner = _indent(above)
+        head = code.lstrip()
+        if head.startswith(("for ", "while ", "async for ")):
+            return at, inner
+        if head.startswith(("def ", "async def ", "class ")):
+            return None
+    return None
+
+
+def _fetches_in_loop(frame: Frame, source_line: SourceLine) -> tuple[int, str, str] | None:
+    """The line (its number, its code and whom it requests from) within POLL_LINES_LOOKED_AT
+    lines of `frame`'s, before or after it, inside the loop `frame`'s line is in (its header
+    included), that requests from a remote service (REMOTE_FETCHES); None where none does. The
+    lines around it are read first, the loop's header only where one of them requests (a
+    stalled job's sleep costs no more reads than a poller's look)."""
+    found: list[tuple[int, str, str, int]] = []  # (line, code, whom, indentation)
+    for step in (-1, 1):  # up to the function's first line, then down to the next function's
+        for lines in range(1, POLL_LINES_LOOKED_AT + 1):
+            at = frame.line + step * lines
+            if at < 1:
+                break
+            text = source_line(Frame(frame.name, frame.filename, at))
+            if text is None:
+                break
+            code = text.split("#", 1)[0]
+            head = code.lstrip()
+            if step > 0 and head.startswith(("def ", "async def ", "class ")):
+                break
+            what = next((what for pattern, what in REMOTE_FETCHES if pattern.search(code)),
+                        None)
+            if what is not None:
+                found.append((at, code.strip()[:80], what, _indent(text)))
+            if step < 0 and head.startswith(("def ", "async def ", "class ")):
+                break
+    if not found:
+        return None
+    header = _loop_header(frame, source_line)
+    if header is None:
+        return None
+    top, indent = header
+    for at, code, what, _ in sorted(found, key=lambda f: abs(f[0] - frame.line)):
+        if at == top or (at > top and _within(frame, at, indent, source_line)):
+            return at, code, what
+    return None
+
+
+def _within(frame: Frame, at: int, indent: int, source_line: SourceLine) -> bool:
+    """Whether every line from the loop's body down or up to `at` (from `frame`'s line, `at`
+    included) is deeper than the loop's header (`indent`): `at` is in that loop."""
+    step = 1 if at > frame.line else -1
+    for line in range(frame.line + step, at + step, step):
+        text = source_line(Frame(frame.name, frame.filename, line))
+        if text is None:
+            return False
+        if text.split("#", 1)[0].strip() and _indent(text) <= indent:
+            return False
+    return True
 
 
 def _receives_from_sqs(called: Sequence[Frame], responsible: Frame | None,

@@ -420,6 +420,63 @@ BOTOCORE_FILES = "*/botocore/*"
 # is no stream of jobs.
 FOLDER_LISTING = re.compile(r"\b(listdir|scandir|iterdir|glob|iglob|rglob)\(|\bos\.walk\(")
 
+# A job that fetches from a remote service (an object store, an HTTP API) and sleeps between
+# tries: a retry with backoff of a store that throttles or fails (S3's 503 SlowDown, a 429), or
+# a poll of one that is not ready. Its stacks show the sleep alone (the request that failed
+# lasts milliseconds, no dump catches it) and its CPU moves less than a poller's, so the sleep's
+# function is read as a redis poller's (phases._retries_remote): one of these calls within
+# POLL_LINES_LOOKED_AT lines of the sleep, in the loop the sleep is in (the loop's header
+# counts: `while requests.get(u).status_code != 200:`), or around its caller's line for a sleep
+# in a helper. It goes on by itself when the service answers: never a process to stop on sight
+# (rules/idle.py looks first, naming the wait). A named list of what these clients' calls look
+# like, not every `.get(`: urllib's urlopen and urlretrieve; requests and httpx (module calls,
+# a session's or a client's); boto3 and botocore's S3 reads; google-cloud-storage's and
+# azure-storage-blob's downloads; fsspec, s3fs, gcsfs and adlfs calls; huggingface_hub's
+# downloads; any call on a line that names a remote URL (`"s3://…"`, `f"https://…"`).
+REMOTE_WAIT = "waiting on a remote service it retries or polls"
+REMOTE_FETCHES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern), what) for pattern, what in (
+        (r"\b(urlopen|urlretrieve)\(", "an HTTP server (urllib)"),
+        (r"\b(requests|httpx)\.(get|post|put|patch|head|request|stream)\(",
+         "an HTTP server (requests/httpx)"),
+        (r"\b\w*(session|client|sess)\.(get|post|put|patch|head|request|stream)\(",
+         "a remote service (a session's or a client's request)"),
+        (r"\.(get_object|download_file|download_fileobj|head_object)\(", "an object store (S3)"),
+        (r"\.download_(to_filename|to_file|as_bytes|as_string|as_text)\(",
+         "an object store (Google Cloud Storage)"),
+        (r"\.download_blob\(", "an object store (Azure Blob Storage)"),
+        (r"\b(fsspec|s3fs|gcsfs|adlfs)\.\w+\(", "a remote filesystem (fsspec)"),
+        (r"\b(hf_hub_download|snapshot_download)\(", "the Hugging Face Hub"),
+        (r"\w\(.*['\"](s3a?|gs|gcs|az|abfss?|https?)://", "a remote URL"),
+    ))
+# Client libraries that retry a request themselves and sleep between tries (their backoff), the
+# sleep in C right below their frame: urllib3's Retry (requests' HTTPAdapter(max_retries=...)),
+# botocore's retries (boto3: legacy and standard modes sleep in Endpoint._needs_retry),
+# tenacity, backoff's on_exception, google-api-core's Retry, huggingface_hub's http_backoff
+# (urllib3 2.8's and botocore 1.44's frames read from their code; the others' from their
+# sources: tenacity's nap.sleep, backoff's _sync.retry_exception, api_core's retry_target, each
+# a time.sleep in C below it). The innermost
+# frame is theirs, asleep: the user's line made a request that failed and is being retried
+# (phases._retried_by_library; REMOTE_WAIT, never the SIGTERM).
+RETRY_SLEEPS: tuple[tuple[str, str, str], ...] = (
+    ("*/urllib3/util/retry.py", "Retry.*sleep*", "urllib3's Retry"),
+    ("*/botocore/endpoint.py", "Endpoint._needs_retry", "botocore's retries"),
+    ("*/tenacity/nap.py", "sleep", "tenacity"),
+    ("*/backoff/_sync.py", "retry_exception.<locals>.retry", "backoff's on_exception"),
+    ("*/google/api_core/retry*.py", "retry_target", "google-api-core's Retry"),
+    ("*/huggingface_hub/utils/_http.py", "*http_backoff*", "huggingface_hub's http_backoff"),
+)
+
+
+def retry_sleep(frame: Frame) -> str | None:
+    """Which client library's retry backoff `frame` is (RETRY_SLEEPS), else None."""
+    return next((what for file, name, what in RETRY_SLEEPS if _is(frame, file, name)), None)
+
+
+# How far above the sleep its loop's header is looked for (a retry loop's body is short; a
+# `for`/`while` further up is some other loop).
+LOOP_LINES_LOOKED_AT = 30
+
 # An asyncio program's main thread waits in its event loop's select while its coroutines wait
 # (redis.asyncio's `await r.blpop(...)`, an aiohttp client's long poll): py-spy shows the loop,
 # never the awaiting coroutine. Where the process holds TCP connections it opened (to a broker,

@@ -73,6 +73,7 @@ from daemon.analysis.stack_rules import (
     JOB_WAIT,
     LOCK_WAIT,
     PROMPT_WAIT,
+    REMOTE_WAIT,
     SIGNAL_WAIT,
     SLEEP_CALL,
     SLEEP_WAIT,
@@ -297,10 +298,15 @@ def _gpus(proc: ProcessWindow) -> str:
 
 
 def _sigterm(proc: ProcessWindow) -> dict[str, object]:
+    """The SIGTERM, worded by what the process is: a notebook kernel holds its user's session
+    (what they loaded in it is lost), anything else is a job whose stacks show it waiting for
+    nothing."""
+    how = (f"save the notebook and shut its kernel down (or ask its user), or send SIGTERM to "
+           f"pid {proc.pid} after confirmation: what its user loaded in the kernel (the model, "
+           "variables) is lost" if proc.kind.kind == NOTEBOOK
+           else f"stop the job: send SIGTERM to pid {proc.pid} after confirmation")
     return {"kind": "sigterm", "pid": proc.pid, "start_time": proc.start_time,
-            "signal": "SIGTERM", "confirm": True,
-            "text": f"release the GPU: close the notebook kernel / job, or send SIGTERM to "
-                    f"pid {proc.pid} after confirmation"}
+            "signal": "SIGTERM", "confirm": True, "text": f"release the GPU: {how}"}
 
 
 def _look_first(proc: ProcessWindow) -> dict[str, object]:
@@ -459,6 +465,22 @@ def _look_first_child(proc: ProcessWindow, child: Mapping[str, Any]) -> dict[str
                          f"sudo py-spy dump --pid {proc.pid}"]}
 
 
+def _look_first_remote(proc: ProcessWindow, where: str) -> dict[str, object]:
+    """Its stacks sleep in a loop that requests from a remote service (REMOTE_WAIT): a retry with
+    backoff of a store that throttles or fails, or a poll of one not ready. It goes on when the
+    service answers: what to look at and what would keep the GPU fed, never a stop."""
+    return {"kind": "copy_commands",
+            "text": f"pid {proc.pid} retries or polls a remote service ({where}: it sleeps "
+                    "between requests) and goes on when the service answers: look at the "
+                    "service first (throttling such as HTTP 503 SlowDown or 429, an outage, "
+                    "credentials), or prefetch/cache its shards locally so the GPU does not wait "
+                    "on the store; stopping it loses the job",
+            "commands": [f"sudo py-spy dump --pid {proc.pid}",
+                         f"sudo strace -f -tt -e trace=network -p {proc.pid}  # its requests "
+                         "when it wakes",
+                         f"ss -tnp | grep 'pid={proc.pid},'  # whom it talks to"]}
+
+
 def _look_first_peers(proc: ProcessWindow, where: str) -> dict[str, object]:
     """Its stacks wait on its sockets with connections it opened: whoever is at the other end
     (a job server, a coordinator) may send it work at any moment."""
@@ -512,6 +534,7 @@ NO_STACKS, SOCKETS_UNKNOWN, PROC_ONLY, ON_A_LOCK = ("no_stacks", "sockets_unknow
 AT_PROMPT = "at_prompt"
 ON_A_CHILD, ON_PEERS, ON_A_TIMER, POLLER = "on_a_child", "on_peers", "on_a_timer", "poller"
 ON_DATAGRAMS = "on_datagrams"
+ON_REMOTE = "on_a_remote_service"
 BETWEEN_BATCHES, PERIODIC, ONE_RUN, UNSEEN = ("between_batches", "periodic", "one_run",
                                               "ran_unseen")
 
@@ -582,6 +605,11 @@ def idle_verdict(proc: ProcessWindow, a: Analysis) -> IdleVerdict:
         return IdleVerdict(
             ON_A_CHILD, partial(_look_first_child, proc, child),
             lambda: f"waits for a child process it started ({at}): the child runs on this host")
+    if waits_in.startswith(REMOTE_WAIT):  # a notebook's cell retrying a download works too
+        return IdleVerdict(
+            ON_REMOTE, lambda: _look_first_remote(proc, where),
+            lambda: f"retries or polls a remote service ({where}: it sleeps between requests) "
+                    "and goes on when the service answers")
     notebook = proc.kind.kind == NOTEBOOK
     if not notebook and proc.kind.peer_connections > 0 and waits_in.startswith(FD_WAITS):
         return IdleVerdict(
@@ -642,6 +670,12 @@ def idle_verdict(proc: ProcessWindow, a: Analysis) -> IdleVerdict:
     return IdleVerdict(SIGTERM, lambda: _sigterm(proc))
 
 
+def _waits_at(stacks: list[Any]) -> str:
+    """'file:line' of the first of its idle phase's top stacks."""
+    top = stacks[0] if stacks and isinstance(stacks[0], Mapping) else {}
+    return f"{top.get('file')}:{top.get('line')}"
+
+
 def check_idle_gpu_held(a: Analysis, rule: Rule) -> list[Finding]:
     found = []
     for proc in a.processes:
@@ -656,6 +690,8 @@ def check_idle_gpu_held(a: Analysis, rule: Rule) -> list[Finding]:
         idle_stacks = list(waiting.get("top_stacks") or [])
         monthly = proc.burn_per_hour * HOURS_PER_MONTH
         gib = proc.memory_peak_bytes / GIB
+        verdict = idle_verdict(proc, a)
+        remote = verdict.reason == ON_REMOTE
         found.append(rule.make(
             proc.id,
             f"pid {proc.pid} ({proc.user}: {proc.job}) holds {_gpus(proc)} "
@@ -663,7 +699,9 @@ def check_idle_gpu_held(a: Analysis, rule: Rule) -> list[Finding]:
             f"{money(proc.burn_per_hour)}/h"
             + ("" if waiting and waiting.get("confidence") != LOW_CONFIDENCE
                else " (only /proc, no stacks, says it is waiting)" if waiting
-               else " (no stack sampled to confirm it is waiting)"),
+               else " (no stack sampled to confirm it is waiting)")
+            + (f" while it retries/waits on a remote store ({_waits_at(idle_stacks)}): look at "
+               "the service, or prefetch/cache its shards locally" if remote else ""),
             monthly,
             f"{money(proc.burn_per_hour)}/h x {HOURS_PER_MONTH:g} h/month = {money(monthly)}"
             f"/month if it stayed idle; money comes back only when the freed GPU is used or the "
@@ -691,10 +729,11 @@ def check_idle_gpu_held(a: Analysis, rule: Rule) -> list[Finding]:
                  "waiting_in": [{"file": st.get("file"), "line": st.get("line"),
                                  "function": st.get("function"), "reason": st.get("reason")}
                                 for st in idle_stacks[:3]]}},
-            idle_verdict(proc, a).action,
+            verdict.action,
             scope={"frees": list(proc.gpus)},
             headline=f"pid {proc.pid} holds {_gpus(proc)} idle for "
-                     f"{idle_for(proc.trailing_idle_s, a)} at {money(proc.burn_per_hour)}/h"))
+                     f"{idle_for(proc.trailing_idle_s, a)} at {money(proc.burn_per_hour)}/h"
+                     + (" while it retries a remote store" if remote else "")))
     return found
 
 
