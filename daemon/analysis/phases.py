@@ -30,7 +30,7 @@ from __future__ import annotations
 import ast
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from itertools import islice
@@ -826,7 +826,20 @@ def _takes_near(frame: Frame, source_line: SourceLine) -> tuple[int, str, str] |
     """The line (its number, its code and what it takes from) within POLL_LINES_LOOKED_AT
     lines of `frame`'s, before or after it and in its function, that takes from a redis or an
     SQS queue or lists a folder; None where none does."""
-    for step in (-1, 1):  # up to the function's first line, then down to the next function's
+    for at, _, code in _lines_near(frame, source_line):
+        for pattern, what in ((POLLING_TAKE, "a redis queue"),
+                              (SQS_RECEIVE_CALL, "an SQS queue"),
+                              (FOLDER_LISTING, "a folder")):
+            if pattern.search(code):
+                return at, code.strip()[:80], what
+    return None
+
+
+def _lines_near(frame: Frame, source_line: SourceLine) -> Iterator[tuple[int, str, str]]:
+    """The lines within POLL_LINES_LOOKED_AT of `frame`'s and in its function, the nearest
+    first, above it up to the function's first line, then below it up to the next function's:
+    (the line's number, its text, its code without a comment)."""
+    for step in (-1, 1):
         for lines in range(1, POLL_LINES_LOOKED_AT + 1):
             at = frame.line + step * lines
             if at < 1:
@@ -835,16 +848,12 @@ def _takes_near(frame: Frame, source_line: SourceLine) -> tuple[int, str, str] |
             if text is None:
                 break
             code = text.split("#", 1)[0]
-            if step > 0 and code.lstrip().startswith(("def ", "async def ", "class ")):
+            starts_one = code.lstrip().startswith(("def ", "async def ", "class "))
+            if step > 0 and starts_one:
                 break  # the next function: no line of this one
-            for pattern, what in ((POLLING_TAKE, "a redis queue"),
-                                  (SQS_RECEIVE_CALL, "an SQS queue"),
-                                  (FOLDER_LISTING, "a folder")):
-                if pattern.search(code):
-                    return at, code.strip()[:80], what
-            if step < 0 and code.lstrip().startswith(("def ", "async def ", "class ")):
+            yield at, text, code
+            if step < 0 and starts_one:
                 break  # the function's first line: nothing above it is this function's
-    return None
 
 
 def _retries_remote(frame: Frame | None, caller: Frame | None,
@@ -912,32 +921,18 @@ def _fetches_in_loop(frame: Frame, source_line: SourceLine) -> tuple[int, str, s
     included), that requests from a remote service (REMOTE_FETCHES); None where none does. The
     lines around it are read first, the loop's header only where one of them requests (a
     stalled job's sleep costs no more reads than a poller's look)."""
-    found: list[tuple[int, str, str, int]] = []  # (line, code, whom, indentation)
-    for step in (-1, 1):  # up to the function's first line, then down to the next function's
-        for lines in range(1, POLL_LINES_LOOKED_AT + 1):
-            at = frame.line + step * lines
-            if at < 1:
-                break
-            text = source_line(Frame(frame.name, frame.filename, at))
-            if text is None:
-                break
-            code = text.split("#", 1)[0]
-            head = code.lstrip()
-            if step > 0 and head.startswith(("def ", "async def ", "class ")):
-                break
-            what = next((what for pattern, what in REMOTE_FETCHES if pattern.search(code)),
-                        None)
-            if what is not None:
-                found.append((at, code.strip()[:80], what, _indent(text)))
-            if step < 0 and head.startswith(("def ", "async def ", "class ")):
-                break
+    found: list[tuple[int, str, str]] = []  # (line, code, whom)
+    for at, _, code in _lines_near(frame, source_line):
+        what = next((what for pattern, what in REMOTE_FETCHES if pattern.search(code)), None)
+        if what is not None:
+            found.append((at, code.strip()[:80], what))
     if not found:
         return None
     header = _loop_header(frame, source_line)
     if header is None:
         return None
     top, indent = header
-    for at, code, what, _ in sorted(found, key=lambda f: abs(f[0] - frame.line)):
+    for at, code, what in sorted(found, key=lambda f: abs(f[0] - frame.line)):
         if at == top or (at > top and _within(frame, at, indent, source_line)):
             return at, code, what
     return None
