@@ -201,9 +201,8 @@ _PARAMETER_VALUE = re.compile(r"[^&;\s#\"']+")
 # NAME=value / NAME:value at the start of a name (the name is checked by is_secret_name; after
 # any character that is no name's, so after `|`, `+`, `@`, `>` too, but `; & ? #`, after which
 # _PARAMETER hides the value to the next `;` or `&`: `;AccountKey=x;EndpointSuffix=...` keeps
-# its suffix); the value is matched
-# separately (_VALUE) only when the name is secret, so that a long `a=b=c=...` is walked once
-# (`_assignments`). The sign may be percent-encoded (`--token%3DVALUE`). The value starts at any
+# its suffix); the value is matched separately (_VALUE) only when the name is secret, so that a
+# long `a=b=c=...` is walked once (`_assignments`). The sign may be percent-encoded (`--token%3DVALUE`). The value starts at any
 # character but an ASCII space (a shell splits words there only: `--password=\u00a0VALUE`).
 _ASSIGNMENT = re.compile(rf"(?<![{_NAME_CHARS}=:%;&?#])(?P<key>[{_NAME_CHARS}]+)"
                          r"(?P<sep>[=:]|%3[dD])(?=[^ \t\n\r\f\v])")
