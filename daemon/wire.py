@@ -561,6 +561,12 @@ class Recommendation:
         return _s(self.action.get("kind"), "none")
 
     @property
+    def action_text(self) -> str:
+        """What its action does, in the daemon's words (a SIGTERM's says what is lost), safe
+        to print; "" where it has none."""
+        return _s(self.action.get("text"))
+
+    @property
     def shown_savings_per_month(self) -> float | None:
         """The figure a screen shows first: the combined one, else (older daemons) its own."""
         return (self.combined_savings_per_month if self.combined_savings_per_month is not None

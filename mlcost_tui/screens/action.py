@@ -130,6 +130,9 @@ class ActionScreen(ModalScreen[str]):
         body.append(r.summary + "\n")
         body.append_text(savings_text(r))
         body.append("\n\n")
+        if res.kind == "sigterm" and r.action_text:
+            # what stopping it means, before "Do it?" (a notebook's: its user's state is lost)
+            body.append(r.action_text + "\n\n")
         body.append("Dry run: " if res.dry_run else "", style="bold")
         message = res.message
         if self.refused is not None:  # said once, beside the buttons (REFUSED_NOTE)

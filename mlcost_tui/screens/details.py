@@ -482,8 +482,8 @@ class DetailsScreen(Screen):
         text.append("What the action does\n", style="bold")
         text.append(f"  {ACTION_LABELS.get(r.action_kind, r.action_kind)}: "
                     f"{ACTION_TEXT.get(r.action_kind, r.action_kind)}\n")
-        if r.action.get("text"):
-            text.append(f"  {r.action['text']}\n")
+        if r.action_text:
+            text.append(f"  {r.action_text}\n")
         if r.action.get("commands"):
             for command in r.action["commands"]:
                 text.append(f"    $ {command}\n", style="bold")

@@ -134,6 +134,10 @@ async def test_apply_dry_run_then_confirm_and_snooze():
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert isinstance(app.screen, ActionScreen) and app.screen.can_do
+        # what stopping it means, in the rule's words, before "Do it?" (probe 147: a notebook's
+        # says its user's state is lost, and the dialog showed only the dry run)
+        body = str(app.screen.query_one("#action-body", Static).render())
+        assert "send SIGTERM to pid 1003 after confirmation" in body, body
         await pilot.press("y")
         await app.workers.wait_for_complete()
         await pilot.pause()
