@@ -2,9 +2,10 @@
 
 A held loop takes no samples and answers no request meanwhile. Probe 146 (L3) held it 3-4 s
 at a time, 37 times in a row, and ~115 ticks were never taken, while /v1/health listed no
-problem and the log said nothing. Now each late tick is counted here: /v1/health says so while
-one came within the last LATE_PROBLEM_S, and the log says so at most once per LOG_EVERY_S (the
-ones held back counted in the next line).
+problem and the log said nothing. Now a tick at least LATE_S behind (an interval, if longer)
+is counted here: /v1/health says so while one came within the last LATE_PROBLEM_S, and the log
+says so at most once per LOG_EVERY_S (the ones held back counted in the next line). A shorter
+hiccup (a loaded host's scheduling, at a short interval) is only counted in ticks_late.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from collections.abc import Callable
 
 log = logging.getLogger("daemon.runtime.daemon")
 
-LATE_PROBLEM_S = 300.0  # /v1/health says so while a tick came late within this
+LATE_S = 1.0  # how far behind a tick is late here (an interval, if that is longer)
+LATE_PROBLEM_S = 60.0  # /v1/health says so while a tick came late within this
 LOG_EVERY_S = 60.0  # one log line at most this often
 
 
@@ -32,7 +34,9 @@ class LateTicks:
         self._held_back = 0
 
     def late(self, missed: int, behind_s: float) -> None:
-        """A tick ran `behind_s` after its time: `missed` ticks were not taken."""
+        """The loop fell `behind_s` behind its ticks: `missed` ticks were not taken."""
+        if behind_s < max(LATE_S, self.interval_s):
+            return
         now = self._clock()
         self._late.append((now, missed, behind_s))
         self._forget(now)
@@ -56,7 +60,7 @@ class LateTicks:
         missed = sum(m for _, m, _ in self._late)
         worst = max(b for _, _, b in self._late)
         return (f"ticks came late: {len(self._late)} time(s) in the last "
-                f"{LATE_PROBLEM_S / 60:.0f} min the daemon's loop fell behind (a call in it "
+                f"{LATE_PROBLEM_S:.0f} s the daemon's loop fell behind (a call in it "
                 f"blocked it), up to {worst:.1f} s; {missed} tick(s) were not taken (see the "
                 "log)")
 
