@@ -183,9 +183,7 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
             "hostname": daemon.host.get("hostname", ""),
             "daemon_id": getattr(daemon, "daemon_id", ""),
             # What is wrong now (a full disk, a recreated database, a GPU lost...), in words.
-            "problems": ([store["problem"]] if store and store.get("problem") else [])
-            + _gpu_problems(daemon.last_sample) + _sampling_problems(daemon)
-            + _snapshot_problems(daemon),
+            "problems": health_problems(daemon, store),
         })
 
     async def now(request: web.Request) -> web.Response:
@@ -366,6 +364,20 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
     add_snapshot_routes(app, daemon, _body)
     add_idle_routes(app, daemon)
     add_compare_routes(app, daemon)
+
+
+def health_problems(daemon: Any, store: dict[str, Any] | None) -> list[str]:
+    """/v1/health's problems: what is wrong now (a full disk, a recreated database, a GPU
+    lost, ticks late...), in words."""
+    return (([store["problem"]] if store and store.get("problem") else [])
+            + _gpu_problems(daemon.last_sample) + _sampling_problems(daemon)
+            + _snapshot_problems(daemon) + _loop_problems(daemon))
+
+
+def _loop_problems(daemon: Any) -> list[str]:
+    """Ticks that came late (daemon.runtime.late_ticks.LateTicks)."""
+    problem = getattr(getattr(daemon, "late_ticks", None), "problem", None)
+    return [problem] if isinstance(problem, str) else []
 
 
 def _gpu_problems(sample: Any) -> list[str]:

@@ -77,7 +77,7 @@ from daemon.analysis.proc_phases import where as proc_where
 from daemon.analysis.source_lines import Credentials, credentials, source_reader
 from daemon.analysis.stack_rules import user_frame
 from daemon.config import AttributionConfig
-from daemon.sources.proc_state import blocked_read, read_facts
+from daemon.sources.proc_state import BlockedReads, read_facts
 from daemon.sources.procs import MainThreadClock, ThreadTimes
 from daemon.sources.sample import ProcessSample, Sample
 from daemon.sources.stacks import (
@@ -306,6 +306,9 @@ class Attribution:
         self._processes: tuple[ProcessSample, ...] = ()
         self._gpu_children: dict[int, list[ProcessSample]] | None = None
         self._main_threads = MainThreadClock()
+        # What a blocked main thread waits on (a pipe, inotify), read in a worker of its own
+        # right after its dump: never on the loop (probe 146, H1).
+        self._blocked = BlockedReads()
         # Processes py-spy may not read (permission denied): classified from /proc from then on.
         self._denied: set[tuple[int, float]] = set()
         self._proc_sampled_at: dict[tuple[int, float], float] = {}
@@ -473,6 +476,7 @@ class Attribution:
             del self._dumped_at[key]
         for key in [k for k in self._mid_dumped_at if k not in live]:
             del self._mid_dumped_at[key]
+        self._blocked.forget(live)
 
     def host_signals(self, proc: ProcessSample, of_job: ProcessSample | None = None
                      ) -> HostSignals | None:
@@ -679,14 +683,17 @@ class Attribution:
                 turns[proc.key] = dumped_before  # not dumped: its turn stays
             rows = self._rows(proc, result, share, rights,
                               busy_elsewhere=share >= self.config.high_sm_share,
-                              in_band=in_band, gpu_works=share >= self.config.low_sm_share)
+                              in_band=in_band, gpu_works=share >= self.config.low_sm_share,
+                              blocked_on=await self._blocked_on(proc, result))
             if rows and result.ok:
                 if waits_on_data_queue(result.threads):
                     for worker in self._children.get(proc.pid, [])[:4]:
                         worker_rights = credentials(worker.pid)
                         worker_result = await self.sampler.dump(worker.pid)
                         rows += self._rows(worker, worker_result, share, worker_rights,
-                                           busy_elsewhere=False, of_job=proc)
+                                           busy_elsewhere=False, of_job=proc,
+                                           blocked_on=await self._blocked_on(worker,
+                                                                             worker_result))
             self._keep(proc.key, rows, stretch)
         except Exception:  # attribution must never take the daemon down
             log.exception("stack sampling of pid %d failed", proc.pid)
@@ -788,13 +795,24 @@ class Attribution:
         cpu = _rate(first.cpu_seconds, last.cpu_seconds, last_ts - first_ts)
         return cpu is not None and cpu >= WORKING_CPU
 
+    async def _blocked_on(self, proc: ProcessSample, result: DumpResult) -> str | None:
+        """What the blocked main thread of a dump of `proc` reads, where it is a pipe or
+        inotify (`blocked_read`, read in a worker, bounded: BlockedReads); None where its
+        main thread runs, or the dump has none."""
+        thread = main_thread(result.threads) if result.ok else None
+        if thread is None or thread.active:
+            return None
+        return await self._blocked.read(proc.pid, proc.start_time)
+
     def _rows(self, proc: ProcessSample, result: DumpResult, share: float,
               rights: Credentials | None, *, busy_elsewhere: bool,
               in_band: bool = False, gpu_works: bool = False,
-              of_job: ProcessSample | None = None) -> list[StackRow]:
+              of_job: ProcessSample | None = None,
+              blocked_on: str | None = None) -> list[StackRow]:
         """The stack row of a dump of `proc` (none where there is nothing to classify).
         `gpu_works`: its SM share was at or above low_sm_share at the dump's tick (in the
-        middle band, or in a window's hysteresis, under high_sm_share)."""
+        middle band, or in a window's hysteresis, under high_sm_share). `blocked_on`: what its
+        blocked main thread reads (`_blocked_on`, read right after the dump)."""
         if result.status != RATE_LIMITED:
             self.status_by_key[process_key(proc.pid, proc.start_time)] = {
                 "status": result.status, "error": result.error, "ts": result.ts}
@@ -834,7 +852,7 @@ class Attribution:
         if host is not None and not thread.active:
             # What a blocked main thread reads, where it is a pipe (read right after the dump:
             # a thread blocked on a pipe stays so): a read in C leaves no Python frame.
-            host = replace(host, main_thread_blocked_on=blocked_read(proc.pid))
+            host = replace(host, main_thread_blocked_on=blocked_on)
         # In the middle band, or in a window back at or above low_sm_share (one that a dip
         # opened lasts while its share stays under high_sm_share: a process whose first ticks
         # read 0 starts in one, and a job steady at 35% never leaves it), its GPU
@@ -909,3 +927,4 @@ class Attribution:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         self._main_threads.close()
+        self._blocked.close()

@@ -42,6 +42,7 @@ from daemon.config import Config, db_path, simulated_db_path, snapshots_folder
 from daemon.runtime import memory, resume, s3_upload, systemd
 from daemon.runtime.attribution import Attribution
 from daemon.runtime.kinds import KindTracker
+from daemon.runtime.late_ticks import LateTicks
 from daemon.runtime.price_host import build_analyzer, price_host
 from daemon.runtime.simulation import Simulation, SimulationError
 from daemon.runtime.snapshots import SnapshotTriggers, take_snapshot
@@ -164,6 +165,7 @@ class Daemon:
         # twice counts it once (mlcost_tui.sources.one_per_daemon).
         self.daemon_id = secrets.token_hex(8)
         self.ticks_late = 0
+        self.late_ticks = LateTicks(config.daemon.interval)  # /v1/health and the log say them
         self.last_sample: Sample | None = None
         self.previous_sample: Sample | None = None
         self.host: dict[str, Any] = {}
@@ -728,6 +730,7 @@ class Daemon:
                             self.store.clock_stepped_forward(stepped)
                     else:
                         self.ticks_late += missed
+                        self.late_ticks.late(missed, behind)
                         if behind > CLOCK_JUMP_S:  # the loop itself was held that long
                             log.warning("the daemon's loop was held %.0f s (a call in it "
                                         "blocked); %d ticks were not recorded", behind, missed)

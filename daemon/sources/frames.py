@@ -25,12 +25,27 @@ NOT_PYTHON = "not_python"
 UNSUPPORTED_PYTHON = "unsupported_python"
 PROCESS_GONE = "process_gone"
 TIMEOUT = "timeout"
+OUTPUT_TOO_LARGE = "output_too_large"  # py-spy printed over MAX_DUMP_BYTES: killed, not read
 ERROR = "error"
 
 STATUSES = (
     OK, RATE_LIMITED, OVER_BUDGET, PY_SPY_MISSING, PERMISSION_DENIED, NOT_PYTHON,
-    UNSUPPORTED_PYTHON, PROCESS_GONE, TIMEOUT, ERROR,
+    UNSUPPORTED_PYTHON, PROCESS_GONE, TIMEOUT, OUTPUT_TOO_LARGE, ERROR,
 )
+
+# What is kept of a dump. A process chooses its threads, their depth and its function and file
+# names' lengths, so how much py-spy prints: 60 threads 500 frames deep in names of 1,000
+# characters made it print 97 MB in 1.2 s, whose parse held the daemon's loop 5.8 s (probe
+# 146, H2). The analysis reads a dump's main thread and at most 64 others
+# (phases.MAX_THREADS_LOOKED_AT), each to at most 256 frames from its innermost
+# (kinds.MAX_FRAMES_LOOKED_AT); a trainer's dump has a few to a few dozen threads 30-100 frames
+# deep, ~200 bytes of JSON a frame: tens to hundreds of KiB. A dump keeps what the analysis
+# reads, and py-spy's output is read to at most MAX_DUMP_BYTES (the whole kept part at
+# ordinary name lengths: 65 x 256 frames x ~230 bytes); past that it is killed, the dump's
+# status OUTPUT_TOO_LARGE.
+MAX_THREADS_KEPT = 1 + 64
+MAX_FRAMES_KEPT = 256
+MAX_DUMP_BYTES = 4 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,11 +96,29 @@ def stack_hash(frames: Iterable[Frame]) -> str:
     return hashlib.blake2b(text.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
 
 
+def _main_item(data: list[Any]) -> int:
+    """The index of the main thread in py-spy's JSON threads, as `main_thread` picks it."""
+    for i, item in enumerate(data):
+        if isinstance(item, dict) and item.get("thread_name") == "MainThread":
+            return i
+    for i, item in enumerate(data):
+        if isinstance(item, dict) and item.get("pid") is not None \
+                and item.get("os_thread_id") == item.get("pid"):
+            return i
+    return 0
+
+
 def parse_dump(text: str) -> list[ThreadStack]:
-    """Threads from `py-spy dump --json` output. ValueError if it is not that JSON."""
+    """Threads from `py-spy dump --json` output: the main thread and the first others, at most
+    MAX_THREADS_KEPT, each to its innermost MAX_FRAMES_KEPT frames. ValueError if it is not
+    that JSON. (Redacting each name costs: call it off the daemon's loop.)"""
     data = json.loads(text)
     if not isinstance(data, list):
         raise ValueError(f"py-spy JSON: expected a list of threads, got {type(data).__name__}")
+    if len(data) > MAX_THREADS_KEPT:
+        main = _main_item(data)  # kept wherever py-spy listed it
+        data = (data[:MAX_THREADS_KEPT] if main < MAX_THREADS_KEPT
+                else [*data[:MAX_THREADS_KEPT - 1], data[main]])
     threads = []
     for item in data:
         frames = tuple(
@@ -97,7 +130,7 @@ def parse_dump(text: str) -> list[ThreadStack]:
                                                    or "?"))),
                 line=int(fr.get("line") or 0),
             )
-            for fr in item.get("frames") or ()
+            for fr in (item.get("frames") or ())[:MAX_FRAMES_KEPT]
         )
         os_tid = item.get("os_thread_id")
         threads.append(

@@ -22,13 +22,23 @@ None.
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
+import logging
 import os
 import re
 import stat
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-MAX_THREADS_READ = 256  # a process with thousands of threads is read in part: its first ones
+log = logging.getLogger(__name__)
+
+# A process with thousands of threads is read in part: its main thread, then the first others
+# its task folder lists (`thread_ids`). The kernel lists them in batches and the listing stops
+# once this many are found: a user's 20,000 threads cost a tick 0.45 s when every one was read
+# (probe 146, M1); the D-state thread looked for is then found or not among these.
+MAX_THREADS_READ = 256
 _MAX_WCHAN_CHARS = 64
 _KERNEL_SYMBOL = re.compile(r"[A-Za-z0-9_.]{1,64}")  # what wchan holds; anything else: not it
 
@@ -157,19 +167,34 @@ def syscall_name(number: int, machine: str = _THIS_MACHINE) -> str:
     return SYSCALL_NAMES.get(machine, {}).get(number, f"syscall {number}")
 
 
+def thread_ids(pid: int, proc_root: str = "/proc", limit: int = MAX_THREADS_READ) -> list[str]:
+    """The thread ids of `pid` to read: its main thread first, then the first others its task
+    folder lists, `limit` in all. The folder is read lazily and left once enough are found (a
+    whole listing of a process's 20,000 threads is itself a cost). Only the main thread where
+    the folder cannot be read (gone: its reads then fail as well)."""
+    main = str(pid)
+    found = [main]
+    try:
+        with os.scandir(f"{proc_root}/{pid}/task") as listing:
+            for entry in listing:
+                if len(found) >= limit:
+                    break
+                if entry.name != main:
+                    found.append(entry.name)
+    except OSError:
+        pass
+    return found
+
+
 def read_facts(pid: int, proc_root: str = "/proc") -> ProcFacts | None:
     """What /proc shows of `pid` without ptrace; None when it is gone."""
     base = f"{proc_root}/{pid}"
     main_state = _state_of(_read(f"{base}/stat"))
     if main_state is None:
         return None
-    try:
-        tids = sorted(os.listdir(f"{base}/task"), key=lambda t: (t != str(pid), t))
-    except OSError:
-        tids = [str(pid)]
     running = in_d = read = 0
     main_tid = str(pid)
-    for tid in tids[:MAX_THREADS_READ]:
+    for tid in thread_ids(pid, proc_root):
         # the main thread's state is the one /proc/PID/stat gave (the leader's): not read twice
         state = main_state if tid == main_tid else _state_of(_read(f"{base}/task/{tid}/stat"))
         if state is None:
@@ -186,7 +211,7 @@ def read_facts(pid: int, proc_root: str = "/proc") -> ProcFacts | None:
         syscall=_syscall_name(syscall_text), traceable=traceable)
 
 
-def blocked_read(pid: int, proc_root: str = "/proc") -> str | None:
+def blocked_read(pid: int, proc_root: str = "/proc", *, epoll: bool = True) -> str | None:
     """What the main thread of `pid` is blocked waiting to read, where /proc tells:
 
     - in a read (PIPE_READ_CALLS) of a pipe: NAMED_PIPE (a FIFO in the file system, which a
@@ -200,7 +225,12 @@ def blocked_read(pid: int, proc_root: str = "/proc") -> str | None:
 
     None where it is not blocked in one of those, reads something else (a file, a socket, a
     terminal), waits with no timeout or a longer one, or /proc would not say (no ptrace access:
-    /proc/PID/syscall is PTRACE_MODE_ATTACH, as py-spy needs)."""
+    /proc/PID/syscall is PTRACE_MODE_ATTACH, as py-spy needs). Also None for an epoll wait
+    where `epoll` is False: its epoll's watches are not read (`BlockedReads`: a read of them
+    was slow once for that process).
+
+    Blocking reads of a user's /proc files: call it in a worker (`BlockedReads`), never on the
+    daemon's loop."""
     fields = (_read(f"{proc_root}/{pid}/syscall", 256) or "").split()
     if len(fields) < 2:
         return None
@@ -218,7 +248,7 @@ def blocked_read(pid: int, proc_root: str = "/proc") -> str | None:
     if not 0 <= fd < 1 << 31:
         return None
     if call in EPOLL_WAIT_CALLS:
-        return _epoll_wait(pid, fd, fields, proc_root)
+        return _epoll_wait(pid, fd, fields, proc_root) if epoll else None
     if call not in PIPE_READ_CALLS:
         return None
     link = f"{proc_root}/{pid}/fd/{fd}"
@@ -275,7 +305,12 @@ MAX_EPOLL_FDS_READ = 64  # the descriptors of an epoll looked at for an inotify 
 def _epoll_wait(pid: int, epoll_fd: int, fields: list[str], proc_root: str) -> str | None:
     """INOTIFY where the epoll `epoll_fd` of `pid` holds an inotify descriptor; else
     TIMER_WAKES where the wait's timeout (`fields`: /proc/PID/syscall's, the fourth argument,
-    an int in its register's low 32 bits) is 0 < t <= TIMER_WAKES_MAX_MS; else None."""
+    an int in its register's low 32 bits) is 0 < t <= TIMER_WAKES_MAX_MS; else None.
+
+    The 16 KiB limit bounds what is kept, not the kernel's work: it prints every watch of the
+    epoll before the first bytes come back, and a user may give one epoll millions (each
+    (file, fd) pair counts: one eventfd dup'ed to many numbers, each registered, the dups
+    closed): 3 s at 2,000,000, 6.7 s at the per-user limit of 5.4 M (probe 146, H1)."""
     info = _read(f"{proc_root}/{pid}/fdinfo/{epoll_fd}", 16384) or ""
     # one `tfd: N events: ...` line per descriptor in the epoll (fs/eventpoll.c)
     targets = [line.split()[1] for line in info.splitlines() if line.startswith("tfd:")
@@ -297,3 +332,68 @@ def _epoll_wait(pid: int, epoll_fd: int, fields: list[str], proc_root: str) -> s
     if timeout >= _INT32 // 2:
         return None  # negative: no timeout
     return TIMER_WAKES if 0 < timeout <= TIMER_WAKES_MAX_MS else None
+
+
+# How long a dump's task waits for `blocked_read` in its worker. A read of an ordinary
+# process's /proc files takes well under a millisecond; one that is not done by then is left to
+# finish in the worker (a kernel read cannot be interrupted), the wait is not known (None, the
+# classifier's fallback), and that process's epoll watches are not read again.
+BLOCKED_READ_BUDGET_S = 0.5
+# How many processes whose epoll read was slow are remembered (the oldest forgotten first;
+# those gone are forgotten with the daemon's other per-process state).
+MAX_SLOW_REMEMBERED = 4096
+
+
+class BlockedReads:
+    """`blocked_read` in a worker thread of its own, never on the daemon's loop, bounded in
+    time: what a blocked main thread waits on, right after its dump (daemon.runtime.attribution).
+
+    The kernel's answer for a user's epoll costs time in proportion to its watches, which the
+    user chooses (probe 146, H1: ~3 s at 2,000,000, the loop held through each read, 40% of
+    ticks lost). Here the read runs in one dedicated thread (a read stuck there holds neither
+    the loop nor its default executor, which the store and the API use); a dump waits for it at
+    most `budget_s`. A process (pid, start time) whose read was slower than that is read
+    without its epoll's watches from then on: an epoll wait of its main thread is not named
+    (None). While a slow read still runs, other reads are not started (None: not known): at most
+    one slow read at a time, and one per process in its life."""
+
+    def __init__(self, budget_s: float = BLOCKED_READ_BUDGET_S, proc_root: str = "/proc"
+                 ) -> None:
+        if budget_s <= 0:
+            raise ValueError(f"BlockedReads: budget_s={budget_s} must be > 0")
+        self.budget_s = budget_s
+        self.proc_root = proc_root
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlcost-proc-wait")
+        self._running: Future[str | None] | None = None
+        #: processes (pid, start time) whose read took over budget_s: no epoll read for them
+        self.slow: OrderedDict[tuple[int, float], None] = OrderedDict()
+
+    async def read(self, pid: int, start_time: float) -> str | None:
+        """blocked_read(pid) for the process (pid, start_time), in the worker; None when it
+        took over budget_s (that process's epoll is not read again), or a slow read of
+        another still runs."""
+        if self._running is not None and not self._running.done():
+            return None
+        key = (pid, start_time)
+        epoll = key not in self.slow
+        running = self._running = self._worker.submit(blocked_read, pid, self.proc_root,
+                                                      epoll=epoll)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(running), self.budget_s)
+        except asyncio.TimeoutError:
+            self.slow[key] = None
+            while len(self.slow) > MAX_SLOW_REMEMBERED:
+                self.slow.popitem(last=False)
+            log.warning("reading what pid %d's main thread waits on took over %g s (an epoll "
+                        "with very many watches?); its epoll is not read again", pid,
+                        self.budget_s)
+            return None
+
+    def forget(self, live: set[tuple[int, float]]) -> None:
+        """Forget the processes not in `live` (gone)."""
+        for key in [key for key in self.slow if key not in live]:
+            del self.slow[key]
+
+    def close(self) -> None:
+        """Stop the worker once its read ends (not waited for: it may be a slow one)."""
+        self._worker.shutdown(wait=False, cancel_futures=True)

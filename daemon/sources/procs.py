@@ -21,6 +21,7 @@ import psutil
 from daemon import clock as daemon_clock
 from daemon.sources.host import ProcFile
 from daemon.sources.owners import OwnerReader
+from daemon.sources.proc_state import thread_ids
 from daemon.sources.redact import redact_argv, redact_text
 from daemon.sources.safe_text import one_line
 from daemon.sources.sample import GpuUse, HostPressure, ProcessSample
@@ -575,14 +576,12 @@ def _task_stalls(pid: int) -> tuple[int, int]:
     """(threads in uninterruptible sleep, block I/O delay ticks summed over threads).
 
     Read only for processes doing I/O this tick: /proc/PID/stat gives both for the main thread
-    alone, and the thread waiting on a disk is often another one.
+    alone, and the thread waiting on a disk is often another one. At most MAX_THREADS_READ
+    threads, the main one first (`thread_ids`): on the loop, each tick, a user's 20,000
+    threads cost 0.45 s a tick when all were read (probe 146, M1).
     """
     in_d = blkio = 0
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return 0, 0
-    for tid in tids:
+    for tid in thread_ids(pid):
         try:
             data = _read(f"/proc/{pid}/task/{tid}/stat")
         except OSError:

@@ -28,8 +28,10 @@ import psutil
 from daemon import clock as daemon_clock
 from daemon.sources.frames import (  # re-exported: the sampler's results are these types
     ERROR,
+    MAX_DUMP_BYTES,
     NOT_PYTHON,
     OK,
+    OUTPUT_TOO_LARGE,
     OVER_BUDGET,
     PERMISSION_DENIED,
     PROCESS_GONE,
@@ -51,7 +53,8 @@ from daemon.sources.safe_text import one_line
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "ERROR", "NOT_PYTHON", "OK", "OVER_BUDGET", "PERMISSION_DENIED", "PROCESS_GONE",
+    "ERROR", "MAX_DUMP_BYTES", "NOT_PYTHON", "OK", "OUTPUT_TOO_LARGE", "OVER_BUDGET",
+    "PERMISSION_DENIED", "PROCESS_GONE",
     "PY_SPY_MISSING", "RATE_LIMITED", "STATUSES", "TIMEOUT", "UNSUPPORTED_PYTHON",
     "DumpResult", "Frame", "StackSampler", "ThreadStack", "classify_error", "find_py_spy",
     "main_thread", "parse_dump", "stack_hash", "to_json", "worker_pids",
@@ -65,8 +68,9 @@ PERMISSION_HINT = (
 
 # py-spy's error when a --nonblocking read caught the target changing its stack (transient).
 _TORN = "Failed to get stack traces"
-# How much of py-spy's stderr we keep in an error message.
+# How much of py-spy's stderr we keep in an error message, and read.
 _MAX_ERROR_CHARS = 400
+_MAX_STDERR_BYTES = 64 << 10
 # How many pids status_by_pid remembers (oldest forgotten first).
 _MAX_TRACKED_PIDS = 1024
 # A py-spy killed after its timeout is waited for this long; one that has not ended by then
@@ -166,6 +170,7 @@ class StackSampler:
         global_burst: float = 4.0,
         budget_window_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        max_output_bytes: int = MAX_DUMP_BYTES,
     ) -> None:
         if global_max_per_s <= 0 or timeout_s <= 0 or cpu_budget_ratio <= 0:
             raise ValueError(
@@ -177,6 +182,7 @@ class StackSampler:
         self.global_max_per_s = global_max_per_s
         self.global_burst = max(1.0, global_burst)
         self.timeout_s = timeout_s
+        self.max_output_bytes = max_output_bytes
         self.cpu_budget_ratio = cpu_budget_ratio
         self.budget_window_s = budget_window_s
         self._clock = clock
@@ -310,6 +316,28 @@ class StackSampler:
             self.status_by_pid.popitem(last=False)
         return result
 
+    @staticmethod
+    async def _output(proc: asyncio.subprocess.Process, cap: int
+                      ) -> tuple[bytes, bytes, bool]:
+        """py-spy's stdout (at most `cap` bytes), its stderr (the first _MAX_STDERR_BYTES),
+        and whether stdout had more: then py-spy is killed, its output not read further."""
+        errors = asyncio.ensure_future(_read_capped(proc.stderr, _MAX_STDERR_BYTES,
+                                                    drain=True))
+        try:
+            stdout, too_large = await _read_capped(proc.stdout, cap, drain=False)
+            if too_large:
+                try:
+                    proc.kill()
+                except ProcessLookupError:
+                    pass
+                # what it wrote before it died, dropped: its pipe's end (asyncio waits for it)
+                await _read_capped(proc.stdout, 0, drain=True)
+            stderr, _ = await errors
+            await proc.wait()
+        finally:
+            errors.cancel()
+        return stdout, stderr, too_large
+
     async def _run(self, pid: int, ts: float) -> DumpResult:
         argv = [str(self.py_spy), "dump", "--json", "--nonblocking", "--pid", str(pid)]
         cpu_before = _children_cpu()
@@ -328,9 +356,10 @@ class StackSampler:
             return DumpResult(pid, ts, PY_SPY_MISSING, error=f"py-spy at {self.py_spy} cannot run: {exc}")
         except OSError as exc:
             return DumpResult(pid, ts, ERROR, error=f"could not start py-spy: {exc}")
-        timed_out = False
+        timed_out = too_large = False
         try:
-            stdout, stderr = await asyncio.wait_for(proc.communicate(), self.timeout_s)
+            stdout, stderr, too_large = await asyncio.wait_for(
+                self._output(proc, self.max_output_bytes), self.timeout_s)
         except asyncio.TimeoutError:
             timed_out = True
             stdout, stderr = b"", b""
@@ -359,12 +388,18 @@ class StackSampler:
             return DumpResult(pid, ts, status, wall_s=wall, error=(
                 f"py-spy dump of pid {pid} took over {self.timeout_s}s and was killed"
             ))
+        if too_large:
+            return DumpResult(pid, ts, OUTPUT_TOO_LARGE, wall_s=wall, error=(
+                f"py-spy's dump of pid {pid} printed over {self.max_output_bytes} bytes (its "
+                "threads' stacks are that deep, or their names that long) and was killed; "
+                "its stacks are not read"))
         err_text = stderr.decode("utf-8", "replace")
         if proc.returncode != 0:
             status, message = classify_error(err_text, pid)
             return DumpResult(pid, ts, status, error=message, wall_s=wall)
         try:
-            threads = parse_dump(stdout.decode("utf-8", "replace"))
+            # off the loop: redacting every name of up to MAX_DUMP_BYTES takes ~0.25 s
+            threads = await asyncio.to_thread(parse_dump, stdout.decode("utf-8", "replace"))
         except (ValueError, TypeError, AttributeError) as exc:
             if not psutil.pid_exists(pid):
                 return DumpResult(pid, ts, PROCESS_GONE, error=f"pid {pid} exited during the dump", wall_s=wall)
@@ -372,6 +407,27 @@ class StackSampler:
                 f"pid {pid}: py-spy output is not the expected JSON ({exc})"
             ))
         return DumpResult(pid, ts, OK, threads=threads, wall_s=wall)
+
+
+async def _read_capped(stream: asyncio.StreamReader | None, cap: int, *, drain: bool
+                       ) -> tuple[bytes, bool]:
+    """Up to `cap` bytes of `stream` to its end, and whether it had more: then the bytes read
+    so far are dropped and reading stops, unless `drain` (the rest is read and dropped)."""
+    if stream is None:
+        return b"", False
+    chunks: list[bytes] = []
+    total = 0
+    over = False
+    while chunk := await stream.read(1 << 16):
+        total += len(chunk)
+        if total > cap:
+            over = True
+            chunks.clear()
+            if not drain:
+                break
+        elif not over:
+            chunks.append(chunk)
+    return b"".join(chunks), over
 
 
 def _is_executable(path: str) -> bool:

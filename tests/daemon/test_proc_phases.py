@@ -4,11 +4,13 @@ cannot trace with the way to grant it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,12 +20,14 @@ from daemon.analysis.host_signals import HostSignals, cpu_demand
 from daemon.analysis.phase_balance import NO_STACK_FILE, StackSample, phase_balance
 from daemon.analysis.phases import NO_STACKS_EVIDENCE
 from daemon.analysis.proc_phases import classify_from_proc, where
+from daemon.sources import proc_state
 from daemon.sources.frames import Frame, stack_hash
 from daemon.sources.proc_state import (
     ANONYMOUS_PIPE,
     INOTIFY,
     NAMED_PIPE,
     TIMER_WAKES,
+    BlockedReads,
     ProcFacts,
     blocked_read,
     may_trace,
@@ -224,6 +228,183 @@ def test_blocked_read_names_an_inotify_wait_and_a_loop_that_a_timer_wakes_soon(t
         for _, child in children.values():
             child.kill()
             child.wait()
+
+
+# An epoll holding `watches` watches (each (file, fd) pair counts: an eventfd dup'ed to many
+# numbers, each registered, the dups closed; probe 146's epoll_bomb.py), its main thread then
+# waiting in epoll_wait with no timeout. The kernel prints every watch at each read of the
+# epoll's /proc/PID/fdinfo.
+_EPOLL_WATCHES = (
+    "import os, resource, select\n"
+    "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+    "resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))\n"
+    "ep = select.epoll(); left = {watches}\n"
+    "while left:\n"
+    "    base = os.eventfd(0); dups = []\n"
+    "    for _ in range(min(left, hard - 200)):\n"
+    "        dups.append(os.dup(base)); ep.register(dups[-1], select.EPOLLIN)\n"
+    "    left -= len(dups)\n"
+    "    for d in dups: os.close(d)\n"
+    "print(ep.fileno(), flush=True)\n"
+    "ep.poll(-1)\n")
+
+
+def _epoll_child(watches: int) -> tuple[subprocess.Popen[str], int]:
+    """A child waiting in an epoll of `watches` watches, and that epoll's descriptor."""
+    child = subprocess.Popen([sys.executable, "-c", _EPOLL_WATCHES.format(watches=watches)],
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    epoll_fd = int(child.stdout.readline())
+    poll(lambda: (read_facts(child.pid) or facts()).syscall in ("epoll_wait", "epoll_pwait"),
+         30, f"pid {child.pid} waiting in its epoll",
+         explain=lambda: f"{read_facts(child.pid)}")
+    return child, epoll_fd
+
+
+def test_an_epoll_of_many_watches_is_read_off_the_loop_and_a_slow_read_is_not_repeated(
+        monkeypatch):
+    """probe 146 H1: a user's epoll of millions of watches made each read of its fdinfo take
+    ~3 s (the kernel prints them all), on the daemon's loop, after every dump of the process.
+    BlockedReads reads in its own worker; a read not done within its budget leaves the wait
+    unknown (None) while the loop goes on, no other read starts while it runs, and that
+    process's epoll is not read again. (300,000 real watches; the read is held in the worker
+    until the test has seen all that, so no timing decides the outcome.)"""
+    child, epoll_fd = _epoll_child(300_000)
+    fdinfo = f"/proc/{child.pid}/fdinfo/{epoll_fd}"
+    real_read = proc_state._read
+    reads: list[tuple[str, int]] = []  # (path, thread)
+    entered, release = threading.Event(), threading.Event()
+
+    def recorded(path: str, limit: int = 4096) -> str | None:
+        reads.append((path, threading.get_ident()))
+        if path == fdinfo:
+            entered.set()
+            release.wait(60)  # the kernel's read, held as long as the test needs
+        return real_read(path, limit)
+
+    monkeypatch.setattr(proc_state, "_read", recorded)
+    start = psutil_start(child.pid)
+    reader = BlockedReads(budget_s=0.05)
+
+    async def run() -> None:
+        loop_thread = threading.get_ident()
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        ticker = asyncio.get_running_loop().create_task(tick())
+        try:
+            assert await reader.read(child.pid, start) is None  # over budget: not known
+            assert entered.is_set() and (child.pid, start) in reader.slow
+            assert all(thread != loop_thread for _, thread in reads), reads
+            ticked = ticks
+            assert ticked > 0  # the loop ran on while the worker read
+            before = len(reads)
+            # while the slow read runs, no other read starts (another process: unknown)
+            assert await reader.read(os.getpid(), 1.0) is None
+            assert len(reads) == before
+            release.set()
+            running = reader._running
+            assert running is not None
+            await asyncio.wrap_future(running)  # the slow read ends in its own time
+            # the same process again: its wait read without its epoll (one slow read in a life)
+            assert await reader.read(child.pid, start) is None
+            again = [path for path, _ in reads[before:]]
+            assert f"/proc/{child.pid}/syscall" in again and fdinfo not in again, again
+        finally:
+            ticker.cancel()
+            reader.close()
+
+    try:
+        asyncio.run(run())
+    finally:
+        release.set()
+        child.kill()
+        child.wait()
+        assert child.stdout is not None
+        child.stdout.close()
+
+
+def psutil_start(pid: int) -> float:
+    import psutil
+
+    return psutil.Process(pid).create_time()
+
+
+def test_attribution_reads_a_blocked_main_thread_s_wait_in_its_worker_not_on_the_loop(
+        tmp_path, monkeypatch):
+    """The dump of a process whose main thread waits in an epoll holding an inotify
+    descriptor (asyncinotify's way) names INOTIFY in its host signals, read in BlockedReads'
+    worker: no read of its epoll's fdinfo on the daemon's loop (probe 146 H1: Attribution._rows
+    read it on the loop, ~3 s at 2,000,000 watches)."""
+    from daemon.config import AttributionConfig
+    from daemon.runtime.attribution import Attribution
+    from daemon.sources.frames import OK, DumpResult, ThreadStack
+    from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
+    from daemon.store.writer import Store
+
+    folder = str(tmp_path)
+    child = _child(_INOTIFY.format(folder=folder) + "import asyncio\nasync def main():\n"
+                   "    asyncio.get_running_loop().add_reader(fd, print)\n"
+                   "    await asyncio.Event().wait()\nasyncio.run(main())")
+    real_read = proc_state._read
+    fdinfo_reads: list[int] = []  # the threads that read the child's epoll's fdinfo
+
+    def recorded(path: str, limit: int = 4096) -> str | None:
+        if path.startswith(f"/proc/{child.pid}/fdinfo/"):
+            fdinfo_reads.append(threading.get_ident())
+        return real_read(path, limit)
+
+    class Sampler:
+        def available(self) -> int:
+            return 0  # no dump but the test's own
+
+        async def dump(self, pid: int) -> DumpResult:
+            frame = Frame("select", "/usr/lib/python3/selectors.py", 468)
+            return DumpResult(pid, 1000.0, OK, threads=[
+                ThreadStack(pid, "MainThread", False, (frame,), pid, False, pid)])
+
+    store = Store(tmp_path / "mlcost.db")
+    seen: list[str | None] = []
+    try:
+        poll(lambda: blocked_read(child.pid) == INOTIFY, 30, f"pid {child.pid} in its epoll",
+             explain=lambda: f"{read_facts(child.pid)}")
+        proc = ProcessSample(child.pid, psutil_start(child.pid), os.getpid(), "ann",
+                             "python watch.py", (GpuUse(0, 1 << 30, 0.0),))
+        attribution = Attribution(AttributionConfig(min_window=0.5, dump_interval=0.5), store,
+                                  Sampler())  # type: ignore[arg-type]
+        real_rows = attribution._rows
+
+        def rows(*args, **kwargs):  # what the row was made with
+            seen.append(kwargs.get("blocked_on"))
+            return real_rows(*args, **kwargs)
+
+        monkeypatch.setattr(attribution, "_rows", rows)
+        monkeypatch.setattr(proc_state, "_read", recorded)
+
+        gpu = GpuSample(0, "u0", "A100-SXM4-40GB", "ok", 0.0, None, 1 << 30, 40 << 30)
+
+        async def run() -> int:
+            loop_thread = threading.get_ident()
+            for tick in range(3):  # its host signals: two ticks' snapshots or more
+                attribution.on_tick(Sample(1000.0 + tick, tick, gpus=(gpu,), processes=(proc,)))
+            assert attribution.host_signals(proc) is not None
+            await attribution._sample(proc, 0.0, 0.0)
+            await attribution.stop()
+            return loop_thread
+
+        loop_thread = asyncio.run(run())
+    finally:
+        store.close()
+        child.kill()
+        child.wait()
+    assert fdinfo_reads, "the epoll's fdinfo was never read"
+    assert loop_thread not in fdinfo_reads
+    assert seen == [INOTIFY]
 
 
 def _sample(ts: float, phase: str, frames: tuple[Frame, ...], reason: str = "") -> StackSample:

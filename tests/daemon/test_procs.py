@@ -446,6 +446,49 @@ def test_stalls_of_a_one_thread_process_come_from_its_stat_and_others_walk_their
         threaded.stdout.close()
 
 
+TWO_THOUSAND_THREADS = (
+    "import threading\n"
+    "threading.stack_size(64 << 10)\n"
+    "done = threading.Event()\n"
+    "for _ in range(2000): threading.Thread(target=done.wait, daemon=True).start()\n"
+    "print('up', flush=True)\n"
+    "done.wait(120)\n")
+
+
+def test_a_process_with_thousands_of_threads_has_at_most_max_threads_read_walked_main_first(
+        monkeypatch):
+    """probe 146 M1: a GPU process that does a little I/O had every one of its threads' stat
+    read on the loop each tick (0.45 s a tick at 20,000 threads). The walk reads the main
+    thread first, then others, MAX_THREADS_READ in all, as read_facts does."""
+    from daemon.sources.proc_state import MAX_THREADS_READ
+    many = subprocess.Popen([sys.executable, "-c", TWO_THOUSAND_THREADS], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert many.stdout.readline() == "up\n"
+        assert psutil.Process(many.pid).num_threads() > 4 * MAX_THREADS_READ
+        read_paths = []
+        real_read = procs_module._read
+
+        def recorded(path):
+            read_paths.append(path)
+            return real_read(path)
+
+        monkeypatch.setattr(procs_module, "_read", recorded)
+        source = ProcessSource(children=False)
+        source.discover({many.pid})
+        # (a first read counts as I/O: nothing was counted before it, so its threads are walked)
+        (sample,) = source.read({many.pid: USE})
+        assert sample.threads > 4 * MAX_THREADS_READ
+        walked = [path for path in read_paths if "/task/" in path]
+        assert walked[0] == f"/proc/{many.pid}/task/{many.pid}/stat"  # the main thread first
+        assert len(walked) == MAX_THREADS_READ
+        assert len(set(walked)) == len(walked)
+    finally:
+        many.kill()
+        many.wait()
+        many.stdout.close()
+
+
 def test_pressure_parsed_from_proc_format(tmp_path):
     (tmp_path / "io").write_text(
         "some avg10=1.50 avg60=0.80 avg300=0.20 total=123456\n"

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -421,6 +423,96 @@ def test_parse_dump_reads_py_spy_json_and_picks_main_thread():
     assert main.frames[0].filename.endswith("selectors.py") and main.frames[0].line > 0
     with pytest.raises(ValueError):
         parse_dump('{"not": "a list"}')
+
+
+def test_parse_dump_keeps_the_main_thread_and_64_others_each_to_its_innermost_256_frames():
+    """What the analysis reads of a dump and no more (probe 146 H2: a process's 60 threads 500
+    frames deep were all parsed and redacted): the main thread wherever py-spy lists it."""
+    def thread(i: int, name: str) -> dict:
+        return {"pid": 7, "thread_id": i, "os_thread_id": 100 + i, "thread_name": name,
+                "active": False,
+                "frames": [{"name": f"f{depth}", "filename": "/x/a.py", "line": depth + 1}
+                           for depth in range(300)]}
+
+    data = [thread(i, f"worker-{i}") for i in range(100)]
+    data[90] = thread(90, "MainThread")
+    threads = parse_dump(json.dumps(data))
+    assert len(threads) == 65
+    assert frames.MAX_THREADS_KEPT == 65
+    main = main_thread(threads)
+    assert main is not None and main.thread_id == 90
+    assert [t.thread_id for t in threads if t is not main] == list(range(64))
+    assert all(len(t.frames) == frames.MAX_FRAMES_KEPT == 256 for t in threads)
+    assert main.frames[0] == Frame("f0", "/x/a.py", 1)  # the innermost kept
+    # fewer than the caps: all kept, in py-spy's order
+    few = parse_dump(json.dumps(data[:3]))
+    assert [t.thread_id for t in few] == [0, 1, 2]
+
+
+# A py-spy whose dump of the threads of a process (one with very long names and deep stacks)
+# is 16 MiB of valid JSON, which it writes and then leaves a mark that it finished.
+_HUGE_DUMP = """
+import json, sys
+frame = json.dumps({{"name": "f" * 1000, "filename": "/tmp/" + "d" * 1000 + ".py", "line": 1}})
+out = sys.stdout
+out.write('[{{"pid": {pid}, "thread_id": 1, "thread_name": "MainThread", "active": false, '
+          '"frames": [' + frame)
+for _ in range(8000):
+    out.write("," + frame)
+out.write("]}}]")
+out.flush()
+open({done!r}, "w").write("done")
+"""
+
+
+def test_a_py_spy_output_over_max_dump_bytes_is_not_read_and_py_spy_is_killed(tmp_path):
+    """probe 146 H2: py-spy's whole stdout was read and parsed on the loop (97 MB, 6-8 s of a
+    stalled loop per dump). Past max_output_bytes it is killed before it can write the rest,
+    and the dump's status says why."""
+    done, pidfile = tmp_path / "done", tmp_path / "pid"
+    program = tmp_path / "huge.py"
+    program.write_text(_HUGE_DUMP.format(pid=os.getpid(), done=str(done)))
+    fake = fake_py_spy(tmp_path, f"echo $$ > {pidfile}\nexec {sys.executable} {program}")
+    s = sampler(py_spy=fake, timeout_s=60.0)
+    result = asyncio.run(s.dump(os.getpid()))
+    assert result.status == "output_too_large", result
+    assert stacks.OUTPUT_TOO_LARGE == "output_too_large"
+    assert result.threads == [] and str(frames.MAX_DUMP_BYTES) in (result.error or "")
+    assert not done.exists()  # killed while it wrote (our reading stopped at the limit)
+    fake_pid = int(pidfile.read_text())
+    assert not psutil.pid_exists(fake_pid) or \
+        psutil.Process(fake_pid).status() == psutil.STATUS_ZOMBIE
+    assert s.unfinished == {}
+    # under the limit the same dump is read: a limit raised past it gives its frames
+    done.unlink(missing_ok=True)
+    whole = asyncio.run(sampler(py_spy=fake, timeout_s=60.0,
+                                max_output_bytes=64 << 20).dump(os.getpid()))
+    assert whole.status == stacks.OK, whole.error
+    assert len(whole.threads[0].frames) == frames.MAX_FRAMES_KEPT and done.exists()
+
+
+def test_a_dump_is_parsed_off_the_loop(tmp_path, monkeypatch):
+    """Its names redacted in a worker thread, not the daemon's loop (probe 146 H2: up to
+    MAX_DUMP_BYTES of long names take ~0.25 s to redact)."""
+    text = (Path(__file__).parent / "fixtures" / "pyspy" / "loader_starved.json").read_text()
+    dump_file = tmp_path / "dump.json"
+    dump_file.write_text(text)
+    fake = fake_py_spy(tmp_path, f"cat {dump_file}")
+    parsed_in: list[int] = []
+    real_parse = stacks.parse_dump
+
+    def recorded(output: str):
+        parsed_in.append(threading.get_ident())
+        return real_parse(output)
+
+    monkeypatch.setattr(stacks, "parse_dump", recorded)
+
+    async def run() -> tuple[DumpResult, int]:
+        return await sampler(py_spy=fake).dump(os.getpid()), threading.get_ident()
+
+    result, loop_thread = asyncio.run(run())
+    assert result.status == stacks.OK and main_thread(result.threads) is not None
+    assert parsed_in and loop_thread not in parsed_in
 
 
 @needs_py_spy
