@@ -1192,7 +1192,9 @@ def test_a_range_the_store_misses_names_the_range_it_holds(tmp_path, capsys):
     """Probe 141 L8: `--baseline 7d-ago/1h` on a store that misses it said only 'no samples
     between …' (rc 1); it says what the store holds, in report's and snapshot's words."""
     db = tmp_path / "s.db"
-    start = time.time() - 600
+    # (on a whole second: the store keeps milliseconds, so a start at x.9996 s reads back as
+    # the next second, which failed a CI run once)
+    start = float(int(time.time()) - 600)
     _stopped_store(db, start, 60)
     done = _compare_here(capsys, "--db", str(db), "--baseline", "7d-ago/1h")
     assert done.returncode == 1, done
@@ -1204,7 +1206,7 @@ def test_a_range_ending_now_of_a_stopped_store_says_the_seconds_it_covers(tmp_pa
     """Probe 141 L8: `B = 11:20..now` of a store that stopped recording ~90 s before now said
     `936 s`, as if all of it was recorded. It says what was recorded, and to when."""
     db = tmp_path / "s.db"
-    start = time.time() - 400
+    start = float(int(time.time()) - 400)  # (a whole second: see the test above)
     _stopped_store(db, start, 300)  # the last sample ~100 s ago
     last = start + 299
     a, b = f"{start:.3f}..{start + 100:.3f}", f"{start + 150:.3f}..now"
