@@ -123,6 +123,10 @@ NO_STACKS_EVIDENCE = "from /proc, no stacks"
 # How a wait's reason ends where the dump found the GPU idle; the middle band, where the GPU
 # works a third of the time or more, reads the same wait as the step's compute and drops it.
 WITH_GPU_IDLE = " with the GPU idle"
+# A main thread that py-spy found off a CPU at a line of its own calling nothing known to wait,
+# its GPU busy meanwhile (classify): the GIL, a core, or a call into C; unknown.
+OFF_CPU_AT_ITS_LINE = ("main thread off a CPU at a line of its own that calls nothing known "
+                       "to wait, its GPU busy meanwhile (the GIL, a core, or a call into C)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -455,6 +459,14 @@ def classify(
                 f".item()/.cpu() leaves no Python frame){_busy_text(signals)}", responsible,
             )
     if thread is not None and not thread.active:
+        if (signals is not None and signals.gpu_busy is True and responsible is not None
+                and responsible is frames[0] and line_call is None):
+            # Off a CPU at a line of its own that calls nothing known to wait, its GPU busy
+            # meanwhile: most often waiting for the GIL or a core (a tokenizer's `encode` on a
+            # loaded host, beside its GPU's stream thread), or in a call into C. Nothing says
+            # it waits, nor on what: not idle, and not "waits while its GPU works" in the
+            # middle band (a CI run of the tokenizer read that at `encode`).
+            return Classification(UNKNOWN, OFF_CPU_AT_ITS_LINE, responsible)
         return Classification(IDLE, "main thread blocked" + WITH_GPU_IDLE, responsible)
     return Classification(UNKNOWN, "host code running while the GPU idles"
                           + _queued_text(signals), responsible)

@@ -28,6 +28,7 @@ import logging
 import os
 import re
 import stat
+import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -334,14 +335,25 @@ def _epoll_wait(pid: int, epoll_fd: int, fields: list[str], proc_root: str) -> s
     return TIMER_WAKES if 0 < timeout <= TIMER_WAKES_MAX_MS else None
 
 
-# How long a dump's task waits for `blocked_read` in its worker. A read of an ordinary
-# process's /proc files takes well under a millisecond; one that is not done by then is left to
-# finish in the worker (a kernel read cannot be interrupted), the wait is not known (None, the
-# classifier's fallback), and that process's epoll watches are not read again.
+# How long a dump's task waits for `blocked_read` in its worker, and how much CPU one read may
+# take before its process's epoll is not read again. A read of an ordinary process's /proc
+# files takes well under a millisecond; one not done by then is left to finish in the worker (a
+# kernel read cannot be interrupted) and the wait is not known (None, the classifier's
+# fallback). Its process is remembered as slow by the CPU the read took (the kernel's
+# formatting of every watch, ~3 s at 2,000,000), not by the wall time: on a loaded host a read
+# that waited for a core would otherwise lose an ordinary process its named waits for life.
 BLOCKED_READ_BUDGET_S = 0.5
 # How many processes whose epoll read was slow are remembered (the oldest forgotten first;
 # those gone are forgotten with the daemon's other per-process state).
 MAX_SLOW_REMEMBERED = 4096
+
+
+def _timed_read(pid: int, proc_root: str, epoll: bool) -> tuple[str | None, float]:
+    """blocked_read(pid) and the CPU seconds this thread spent on it (the kernel's time in
+    its reads included)."""
+    started = time.thread_time()
+    answer = blocked_read(pid, proc_root, epoll=epoll)
+    return answer, time.thread_time() - started
 
 
 class BlockedReads:
@@ -352,10 +364,11 @@ class BlockedReads:
     user chooses (probe 146, H1: ~3 s at 2,000,000, the loop held through each read, 40% of
     ticks lost). Here the read runs in one dedicated thread (a read stuck there holds neither
     the loop nor its default executor, which the store and the API use); a dump waits for it at
-    most `budget_s`. A process (pid, start time) whose read was slower than that is read
-    without its epoll's watches from then on: an epoll wait of its main thread is not named
-    (None). While a slow read still runs, other reads are not started (None: not known): at most
-    one slow read at a time, and one per process in its life."""
+    most `budget_s`, after which its wait is not known (None). A process (pid, start time) whose
+    read took more than `budget_s` of CPU is read without its epoll's watches from then on: an
+    epoll wait of its main thread is not named (None). While a slow read still runs, other
+    reads are not started (None: not known): at most one slow read at a time, and one per
+    process in its life."""
 
     def __init__(self, budget_s: float = BLOCKED_READ_BUDGET_S, proc_root: str = "/proc"
                  ) -> None:
@@ -364,30 +377,48 @@ class BlockedReads:
         self.budget_s = budget_s
         self.proc_root = proc_root
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlcost-proc-wait")
-        self._running: Future[str | None] | None = None
-        #: processes (pid, start time) whose read took over budget_s: no epoll read for them
+        # the read in the worker, and whose (the process it is for)
+        self._running: Future[tuple[str | None, float]] | None = None
+        self._running_for = (0, 0.0)
+        #: processes (pid, start time) whose read took over budget_s of CPU: no epoll read
         self.slow: OrderedDict[tuple[int, float], None] = OrderedDict()
 
     async def read(self, pid: int, start_time: float) -> str | None:
         """blocked_read(pid) for the process (pid, start_time), in the worker; None when it
-        took over budget_s (that process's epoll is not read again), or a slow read of
-        another still runs."""
-        if self._running is not None and not self._running.done():
-            return None
+        took over budget_s (that process's epoll is not read again once the read is seen to
+        have taken that much CPU), or a slow read of another still runs."""
+        running = self._running
+        if running is not None:
+            if not running.done():
+                return None
+            self._running = None
+            self._note(self._running_for, running)  # one that outlasted its dump's wait
         key = (pid, start_time)
-        epoll = key not in self.slow
-        running = self._running = self._worker.submit(blocked_read, pid, self.proc_root,
-                                                      epoll=epoll)
+        running = self._running = self._worker.submit(_timed_read, pid, self.proc_root,
+                                                      key not in self.slow)
+        self._running_for = key
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(running), self.budget_s)
+            await asyncio.wait_for(asyncio.wrap_future(running), self.budget_s)
         except asyncio.TimeoutError:
+            return None
+        self._running = None
+        return self._note(key, running)
+
+    def _note(self, key: tuple[int, float], done: Future[tuple[str | None, float]]
+              ) -> str | None:
+        """A finished read's answer; its process remembered as slow where it took over
+        budget_s of CPU."""
+        if done.cancelled() or done.exception() is not None:
+            return None
+        answer, cpu_s = done.result()
+        if cpu_s > self.budget_s and key not in self.slow:
             self.slow[key] = None
             while len(self.slow) > MAX_SLOW_REMEMBERED:
                 self.slow.popitem(last=False)
-            log.warning("reading what pid %d's main thread waits on took over %g s (an epoll "
-                        "with very many watches?); its epoll is not read again", pid,
-                        self.budget_s)
-            return None
+            log.warning("reading what pid %d's main thread waits on took %.1f s of CPU (an "
+                        "epoll with very many watches?); its epoll is not read again", key[0],
+                        cpu_s)
+        return answer
 
     def forget(self, live: set[tuple[int, float]]) -> None:
         """Forget the processes not in `live` (gone)."""
