@@ -132,7 +132,13 @@ class RecommendationTable(KeyedTable):
         self.on_ec2 = False  # a resize can be done here (else its commands are shown)
         self.max_lines = 1  # lines a recommendation's text may take (the layout's spare rows)
         self.snoozed_here: set[str] = set()  # snoozed here; the daemon drops them from the next poll
+        # The row the user left highlighted when the focus moved on: `a` and `x` act on it
+        # from any panel, so it stays highlighted while it is listed (not reset to the top)
+        self.picked: str | None = None
         self.set_title("Recommendations")
+
+    def on_blur(self) -> None:
+        self.picked = self.selected_key
 
     def show(self, now: Now) -> None:
         recs = [r for r in now.recommendations if r.id not in self.snoozed_here]
@@ -144,13 +150,22 @@ class RecommendationTable(KeyedTable):
         self.set_row_height(min(max((len(fmt.wrap(r.summary, width)) for r in recs), default=1),
                                 self.max_lines))
         shown = self.shown_keys
+        row_before = self.cursor_row
         self.sync([(r.id, tuple(cells[k] for k in shown))
                    for r, cells in ((r, self.cells(r)) for r in recs)])
-        if not self.has_focus and self.row_count and self.cursor_row != 0:
-            # Not being browsed: the biggest saving stays in view, whatever was selected
-            # before (on a short screen one row shows).
+        if self.picked not in self.recommendations:
+            self.picked = None
+        if (not self.has_focus and self.picked is None and self.row_count
+                and self.cursor_row != 0):
+            # Never browsed, or the row left highlighted is gone: the biggest saving stays in
+            # view (on a short screen one row shows). A row the user left highlighted stays
+            # so: `a` and `x` act on it from any panel (probe 148: reset to the top here each
+            # poll, `a` from another panel opened the top row's resize, not the notebook's
+            # SIGTERM the user had highlighted).
             self.move_cursor(row=0, animate=False)
             self.scroll_to(y=0, animate=False)
+        elif not self.has_focus and self.picked is not None and self.cursor_row != row_before:
+            self.move_cursor(row=self.cursor_row, animate=False)  # (moved: kept in view)
         title = f"Recommendations ({len(recs)})" if recs else \
             "Recommendations (none at this recorded tick)" if self.replaying else \
             f"Recommendations (none yet: the rules look every {_every(now)})"

@@ -171,6 +171,13 @@ async def test_three_recommendations_reachable_and_a_acts_on_the_highlighted_row
         app.query_one(ProcessPanel).focus()
         await pilot.pause()
         assert recs.selected_key == highlighted
+        # ... and after the next polls (probe 148: each poll put the cursor back on the top
+        # row while the panel had no focus, and `a` opened the top row's resize), in view
+        await shown(pilot)
+        await shown(pilot)
+        assert recs.selected_key == highlighted and recs.cursor_row > 0
+        row = recs.cursor_row
+        assert recs.scroll_y <= row < recs.scroll_y + recs.region.height - 2
         await pilot.press("a")
         await app.workers.wait_for_complete()
         await pilot.pause()
