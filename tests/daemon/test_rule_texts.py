@@ -427,9 +427,12 @@ def test_each_rule_says_its_advice_in_a_headline_that_agrees_with_its_summary():
 
     idle = window(utils=[0.0] * 8, holders={0: 0.0, 1: 0.0})
     [held] = by_rule(recs(idle, limits={"idle_held_min_s": 60.0}), "idle_gpu_held")
-    assert held.headline.startswith(f"pid {pid_id(idle).split(':')[0]} holds GPUs 0, 1 idle "
-                                    "for at least 10 min")
-    assert held.headline.endswith("/h") and held.headline.split(" at ")[-1] in held.summary
+    # its cost before how long: cut at 40 columns (a row at 80x24), the money stays
+    burn = held.headline.split(" at ")[1].split(" on ")[0]
+    assert burn.startswith("$") and burn.endswith("/h") and burn in held.summary
+    assert held.headline[:40].startswith(f"pid {pid_id(idle).split(':')[0]} idle at {burn}")
+    assert held.headline.endswith(" on GPUs 0, 1, for at least 10 min (the whole window the "
+                                  "rules read)")
 
     blocking, spot = checkpointing_every_7s()
     assert blocking.headline.startswith("checkpoint asynchronously or less often (pid ")

@@ -731,9 +731,12 @@ def check_idle_gpu_held(a: Analysis, rule: Rule) -> list[Finding]:
                                 for st in idle_stacks[:3]]}},
             verdict.action,
             scope={"frees": list(proc.gpus)},
-            headline=f"pid {proc.pid} holds {_gpus(proc)} idle for "
-                     f"{idle_for(proc.trailing_idle_s, a)} at {money(proc.burn_per_hour)}/h"
-                     + (" while it retries a remote store" if remote else "")))
+            # what it costs before how long: a 40-column row cuts the rest (probe 148: "pid
+            # 8261 holds GPU 3 idle for at least 2…" lost the unit and the money)
+            headline=(f"pid {proc.pid} retries a remote store" if remote
+                      else f"pid {proc.pid} idle")
+                     + f" at {money(proc.burn_per_hour)}/h on {_gpus(proc)}, for "
+                     f"{idle_for(proc.trailing_idle_s, a)}"))
     return found
 
 
