@@ -28,6 +28,7 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual._segment_tools import line_crop
+from textual.binding import Binding
 from textual.cache import LRUCache
 from textual.coordinate import Coordinate
 from textual.geometry import Region
@@ -257,6 +258,10 @@ class _Frame:
 class KeyedTable(DataTable):
     """Columns are (key, label) pairs; `sync` takes [(row_key, cells)] in display order."""
 
+    # Home and End go to the first and the last row, as in htop and nvitop (DataTable's scroll
+    # sideways: these tables are fit to the terminal's width, never wider)
+    BINDINGS = [Binding("home", "scroll_top", "First row", show=False),
+                Binding("end", "scroll_bottom", "Last row", show=False)]
     COLUMNS: Sequence[Column | tuple[str, str]] = ()
     # Columns whose content grows after the first rows (cells are written in place, which does
     # not widen a column): a fixed width.

@@ -246,3 +246,22 @@ async def test_rows_off_screen_are_built_when_they_show_or_are_read_and_show_wha
         assert table.scroll_offset == fresh.scroll_offset and table.scroll_offset.y > 0
         assert painted(table) == painted(fresh)
         assert shown(table) == [cells for _, cells in rows]  # every row reads as it is now
+
+
+@pytest.mark.asyncio
+async def test_home_and_end_go_to_the_first_and_the_last_row():
+    """As in htop and nvitop (probe 148: DataTable's Home and End scroll sideways, and moved
+    nothing in a table fit to the terminal's width)."""
+    app = TableApp()
+    async with app.run_test(size=(80, 12)) as pilot:
+        table = app.query_one(Table)
+        table.sync([(f"k{i}", (f"row {i}", str(i), "")) for i in range(40)])
+        table.focus()
+        await pilot.pause()
+        await pilot.press("end")
+        await pilot.pause()
+        assert table.selected_key == "k39"
+        assert table.scroll_y <= 39 < table.scroll_y + table.region.height  # in view
+        await pilot.press("home")
+        await pilot.pause()
+        assert table.selected_key == "k0" and table.scroll_y == 0
