@@ -207,7 +207,8 @@ class ActionControl:
         app.refresh_bindings()
         app.set_timer(UNDO_S, app.refresh_bindings, name="undo snooze ends")
         # the time on a line of its own, whole: "until 08:25: daemon…" read as a time cut off
-        app.notify(f"{fmt.cut(rec.summary, 60)}\nback in the list at "
+        # (its headline, the advice first: a summary's first 60 characters name its subject)
+        app.notify(f"{fmt.cut(rec.headline or rec.summary, 60)}\nback in the list at "
                    f"{local_time(until, seconds=False)} · u: undo", title="snoozed",
                    timeout=UNDO_S)
 
@@ -232,7 +233,7 @@ class ActionControl:
         table.snoozed_here.discard(rec.id)
         if app.now is not None:
             table.show(app.now)  # back at once if this snapshot has it; the next poll does too
-        app.notify(f"back in the list: {fmt.cut(rec.summary, 60)}", timeout=4)
+        app.notify(f"back in the list: {fmt.cut(rec.headline or rec.summary, 60)}", timeout=4)
 
     async def _list_snoozed(self) -> None:
         """The snoozed recommendations in a list to bring one back (opened only on the screen
@@ -251,8 +252,8 @@ class ActionControl:
                        timeout=8)
             return
         if not snoozed:
-            app.notify("no recommendation is snoozed on this mlcostd (x snoozes the "
-                       "highlighted one; u then brings it back)", timeout=5)
+            app.notify("no recommendation is snoozed on this mlcostd (x on the main screen "
+                       "snoozes the highlighted one; u then brings it back)", timeout=5)
             return
         if app.screen is not asked_on:  # the user moved on meanwhile: no list over it
             return

@@ -5,6 +5,8 @@ end a snooze)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from mlcost_tui import action_control
@@ -43,13 +45,18 @@ async def test_u_after_its_undo_ran_out_lists_the_snoozed_and_brings_one_back(si
     app = MlcostTop([client], poll=False)  # type: ignore[list-item]
     async with app.run_test(size=size, notifications=True) as pilot:
         await shown(pilot)
+        recs = app.query_one(RecommendationTable)
+        headline = "shrink to g6e.12xlarge at $10.49/h"
+        recs.recommendations["rec-resize"] = dataclasses.replace(
+            recs.recommendations["rec-resize"], headline=headline)
         await pilot.press("x")
         await pilot.pause()
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("y")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        recs = app.query_one(RecommendationTable)
+        # the toast names the advice (its headline), not the summary's first words
+        assert headline in toast(app), toast(app)
         assert client.snoozed == ["rec-resize"] and "rec-resize" not in recs.recommendations
         rec, at = app.actions.last_snooze
         app.actions.last_snooze = (rec, at - action_control.UNDO_S)  # its 15 s are over
