@@ -80,17 +80,24 @@ class ActionScreen(ModalScreen[str]):
         Binding("escape,n", "dismiss('')", "Cancel", id="action.cancel"),
         Binding("y", "confirm", "Do it", id="action.confirm"),
         Binding("c", "copy", "Copy", id="action.copy"),
+        # The text scrolls with these wherever the focus is (on a button too): the body has
+        # them itself while it has the focus, as it has when the dialog opens.
+        *(Binding(key, f"scroll_body('{how}')", how, show=False)
+          for key, how in (("down", "down"), ("up", "up"), ("pagedown", "page_down"),
+                           ("pageup", "page_up"), ("home", "home"), ("end", "end"))),
     ]
     DEFAULT_CSS = """
     ActionScreen { align: center middle; }
     ActionScreen > Vertical { width: 90%; max-width: 120; height: auto; max-height: 100%;
         border: thick $accent; background: $surface; padding: 0 1; }
-    ActionScreen VerticalScroll { height: auto; }
+    ActionScreen VerticalScroll { height: auto; max-height: 100%; }
     #action-bottom { dock: bottom; height: auto; }
     ActionScreen Horizontal { height: 3; }
     ActionScreen Button { margin-right: 2; }
     """
-    # The buttons are docked under the text, which scrolls: at 80x24 both fit.
+    # The buttons are docked under the text, which takes the height left above them and
+    # scrolls: at 80x24 both fit. (With `height: auto` alone the text grew to its whole length
+    # and was cut by the box, never scrolling: probe148 M1.)
 
     def __init__(self, recommendation: Recommendation, result: ActionResult,
                  readonly: bool = False, running: tuple[Process, ...] | None = None) -> None:
@@ -175,6 +182,10 @@ class ActionScreen(ModalScreen[str]):
             if self.copy_text:
                 yield Button("Copy (c)", id="copy", variant="primary")
             yield Button("Cancel (esc)", id="cancel")
+
+    def action_scroll_body(self, how: str) -> None:
+        body = self.query_one(VerticalScroll)
+        getattr(body, f"scroll_{how}")(animate=False)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "do":
