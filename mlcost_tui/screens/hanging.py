@@ -8,9 +8,12 @@ that show it; nothing of it runs on the main screen."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from rich.text import Text
 from textual.content import Content
 from textual.css.styles import RulesMap
+from textual.geometry import Offset
 from textual.selection import Selection
 from textual.strip import Strip
 from textual.style import Style
@@ -25,25 +28,52 @@ def indent_of(plain: str) -> int:
     return len(plain) - len(plain.lstrip(" "))
 
 
-def hang_lines(content: Content, width: int) -> list[Content]:
+class Shown(NamedTuple):
+    """A line as shown: its text, and where it comes from (the line and character it starts
+    at in the text, and the spaces put before it), so a selection copies the text itself."""
+
+    content: Content
+    y: int
+    x: int
+    pad: int
+
+
+def pieces(line: Content, start: int, width: int) -> list[tuple[int, Content]]:
+    """`line[start:]` wrapped to `width`: each piece with where it starts in `line`."""
+    plain, found = line.plain, []
+    at = start
+    for piece in line[start:].wrap(width):
+        where = plain.find(piece.plain, at)
+        at = where if where >= 0 else at  # (a tab, expanded by the wrap: where it was)
+        found.append((at, piece))
+        at += len(piece.plain)
+    return found
+
+
+def shown_lines(content: Content, width: int) -> list[Shown]:
     """`content` wrapped to `width`, each continuation line indented by its line's indent
     plus HANG (a first line keeps its own width)."""
-    lines: list[Content] = []
-    for line in content.split(allow_blank=True):
+    lines: list[Shown] = []
+    for y, line in enumerate(content.split(allow_blank=True)):
         if line.cell_length <= width:
-            lines.append(line)
+            lines.append(Shown(line, y, 0, 0))
             continue
         indent = indent_of(line.plain)
         hang = indent + HANG
         if width - hang < MIN_ROOM:
-            lines.extend(line.wrap(width))
+            lines.extend(Shown(piece, y, x, 0) for x, piece in pieces(line, 0, width))
             continue
-        first = line[indent:].wrap(width - indent)[0]
-        lines.append(first.pad_left(indent))
-        rest = line[indent + len(first.plain):]
-        rest = rest[indent_of(rest.plain):]  # the spaces the break fell on
-        lines.extend(piece.pad_left(hang) for piece in rest.wrap(width - hang))
+        (x, first), = pieces(line, indent, width - indent)[:1]
+        lines.append(Shown(first.pad_left(indent), y, x - indent, 0))  # its own indent
+        rest = x + len(first.plain)
+        rest += indent_of(line.plain[rest:])  # the spaces the break fell on
+        lines.extend(Shown(piece.pad_left(hang), y, x, hang)
+                     for x, piece in pieces(line, rest, width - hang))
     return lines
+
+
+def hang_lines(content: Content, width: int) -> list[Content]:
+    return [shown.content for shown in shown_lines(content, width)]
 
 
 class HangingText(Visual):
@@ -52,7 +82,7 @@ class HangingText(Visual):
 
     def __init__(self, text: Text | Content) -> None:
         self.content = text if isinstance(text, Content) else Content.from_rich_text(text)
-        self._wrapped: tuple[int, Content] | None = None
+        self._wrapped: tuple[int, Content, list[Shown]] | None = None
 
     def __str__(self) -> str:
         return self.content.plain
@@ -61,11 +91,31 @@ class HangingText(Visual):
     def plain(self) -> str:
         return self.content.plain
 
-    def wrapped(self, width: int) -> Content:
-        """The text as shown at `width` (what a selection on the screen picks from)."""
+    def _shown(self, width: int) -> tuple[Content, list[Shown]]:
         if self._wrapped is None or self._wrapped[0] != width:
-            self._wrapped = (width, Content("\n").join(hang_lines(self.content, max(width, 1))))
-        return self._wrapped[1]
+            lines = shown_lines(self.content, max(width, 1))
+            self._wrapped = (width, Content("\n").join(line.content for line in lines), lines)
+        return self._wrapped[1], self._wrapped[2]
+
+    def wrapped(self, width: int) -> Content:
+        """The text as shown at `width`."""
+        return self._shown(width)[0]
+
+    def selected(self, selection: Selection, width: int) -> str:
+        """The text under a selection made on the lines as shown at `width`: the text itself,
+        a wrapped line whole, without the indents put before its pieces (a command copied by
+        hand must not break in two)."""
+        lines = self._shown(width)[1]
+
+        def source(offset: Offset | None) -> Offset | None:
+            if offset is None or not lines:
+                return None
+            shown = lines[min(max(offset.y, 0), len(lines) - 1)]
+            x = min(max(offset.x - shown.pad, 0), len(shown.content.plain) - shown.pad)
+            return Offset(shown.x + x, shown.y)
+
+        return Selection(source(selection.start), source(selection.end)).extract(
+            self.content.plain)
 
     def render_strips(self, width: int, height: int | None, style: Style,
                       options: RenderOptions) -> list[Strip]:
@@ -88,5 +138,5 @@ class HangingStatic(Static):
     def get_selection(self, selection: Selection) -> tuple[str, str] | None:
         visual = self.visual
         if isinstance(visual, HangingText):
-            return selection.extract(visual.wrapped(self.content_region.width).plain), "\n"
+            return visual.selected(selection, self.content_region.width), "\n"
         return super().get_selection(selection)

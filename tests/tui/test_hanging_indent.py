@@ -64,10 +64,16 @@ async def test_a_wrapped_item_on_the_details_screen_keeps_its_indent_at_80x24():
         assert following[1].strip() == "actions)", lines
         body = screen.query_one("#details-body", Static)
         assert all(len(line.rstrip()) <= body.region.right for line in lines)
-        # selecting with the mouse still copies the text (as shown)
-        assert isinstance(body, HangingStatic)
-        selected = body.get_selection(Selection(Offset(0, 0), None))
-        assert selected is not None and ITEM in selected[0] and "actions)" in selected[0]
+        # selecting it with the mouse copies it as it is, one line, without the indents shown
+        assert isinstance(body, HangingStatic) and body.region.y <= at
+        whole = next(line for line in str(body.render()).splitlines() if ITEM in line)
+        y = at - body.region.y
+        selected = body.get_selection(Selection(Offset(0, y), Offset(body.region.width, y + 2)))
+        assert selected is not None and selected[0] == whole, (selected, whole)
+        left = indent(item) - body.region.x  # the item's indent in the body
+        words = body.get_selection(Selection(Offset(left + 3, y), Offset(left + 2 + 3, y + 1)))
+        assert words is not None and words[0] == "stop process: sends SIGTERM to the process " \
+            "through mlcostd, after a dry run", words  # "a: " and " and" not selected
 
 
 @pytest.mark.asyncio
