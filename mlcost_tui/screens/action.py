@@ -20,6 +20,7 @@ from textual.widgets import Button, Static
 from daemon.wire import ActionResult, Process, Recommendation
 from mlcost_tui import format as fmt
 from mlcost_tui.panels.recommendations import savings_text
+from mlcost_tui.screens.hanging import HangingStatic, HangingText
 from mlcost_tui.thresholds import MUTED, WARN
 
 CHANGES_HOST = ("sigterm", "resize")
@@ -156,7 +157,9 @@ class ActionScreen(ModalScreen[str]):
             body.append("\nDo it? (y / n)\n", style="bold")
         with Vertical():
             with VerticalScroll():
-                yield Static(body, id="action-body")
+                # a wrapped command's continuation indented under its `$` (screens/hanging.py);
+                # selected by hand, it is copied whole, on one line
+                yield HangingStatic(HangingText(body), id="action-body")
             with Vertical(id="action-bottom"):
                 if res.kind in CHANGES_HOST and self.readonly:
                     # beside the buttons, read without scrolling (at the end of the text it

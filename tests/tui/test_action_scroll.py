@@ -8,14 +8,19 @@ from __future__ import annotations
 import pytest
 from textual import events
 from textual.containers import VerticalScroll
+from textual.geometry import Offset
+from textual.selection import Selection
 from textual.widgets import Button, Static
 
 from mlcost_tui.app import MlcostTop
 from mlcost_tui.screens.action import ActionScreen
+from mlcost_tui.screens.hanging import HangingText
 from tests.tui.test_resize_dialog import ResizingClient, host, open_dialog
 from tests.tui.test_sizes import screen_text
 
 LAST = "Do it? (y / n)"  # the body's last line (the daemon allows the resize)
+COMMAND = ("aws ssm start-automation-execution --region us-east-1 --document-name "
+           "AWS-ResizeInstance --parameters InstanceId=i-0123456789abcdef0,InstanceType=g6e.12xlarge")
 
 
 class LongDryRun(ResizingClient):
@@ -26,7 +31,7 @@ class LongDryRun(ResizingClient):
         result = await super().apply(rec_id, dry_run, accept_preliminary, timeout_s)
         return self.ActionResult(rec_id, "resize", dry_run, not dry_run,
                                  result.message + ". " + "the rest of the dry run " * 30,
-                                 steps=tuple(f"step {i} " + "x" * 50 for i in range(8)))
+                                 steps=(COMMAND, *(f"step {i} " + "x" * 50 for i in range(8))))
 
 
 def on_screen(app: MlcostTop, dialog: ActionScreen) -> None:
@@ -104,3 +109,23 @@ async def test_a_short_dry_run_keeps_a_small_dialog_at_200x50():
         assert scroll.max_scroll_y == 0 and last_line_shown(app)
         assert dialog.query_one(VerticalScroll).parent.region.height < 40
         on_screen(app, dialog)
+
+
+@pytest.mark.asyncio
+async def test_a_wrapped_command_hangs_under_its_dollar_and_is_selected_whole():
+    """At 80x24 a long command's continuation started at column 1, under the text (probe148
+    L2, the dialog's part): it is indented under its `$`; selected by hand it is one line."""
+    app = MlcostTop([LongDryRun()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(80, 24)) as pilot:
+        dialog, scroll = await opened(pilot, app)
+        body = dialog.query_one("#action-body", Static)
+        visual = body.visual
+        assert isinstance(visual, HangingText)
+        shown = visual.wrapped(body.content_region.width).plain.splitlines()
+        at = next(i for i, line in enumerate(shown) if "$ aws ssm" in line)
+        assert shown[at].startswith("  $ aws ssm") and "g6e.12xlarge" not in shown[at]
+        end = next(i for i in range(at, len(shown)) if shown[i].endswith("g6e.12xlarge"))
+        assert end > at and all(line.startswith("    ") and line[4] != " "
+                                for line in shown[at + 1:end + 1]), shown
+        selected = body.get_selection(Selection(Offset(0, at), Offset(len(shown[end]), end)))
+        assert selected is not None and selected[0] == f"  $ {COMMAND}", selected
