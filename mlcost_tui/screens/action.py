@@ -20,6 +20,7 @@ from textual.widgets import Button, Static
 from daemon.wire import ActionResult, Process, Recommendation
 from mlcost_tui import format as fmt
 from mlcost_tui.panels.recommendations import savings_text
+from mlcost_tui.screens.hanging import HangingStatic, HangingText
 from mlcost_tui.thresholds import MUTED, WARN
 
 CHANGES_HOST = ("sigterm", "resize")
@@ -80,17 +81,24 @@ class ActionScreen(ModalScreen[str]):
         Binding("escape,n", "dismiss('')", "Cancel", id="action.cancel"),
         Binding("y", "confirm", "Do it", id="action.confirm"),
         Binding("c", "copy", "Copy", id="action.copy"),
+        # The text scrolls with these wherever the focus is (on a button too): the body has
+        # them itself while it has the focus, as it has when the dialog opens.
+        *(Binding(key, f"scroll_body('{how}')", how, show=False)
+          for key, how in (("down", "down"), ("up", "up"), ("pagedown", "page_down"),
+                           ("pageup", "page_up"), ("home", "home"), ("end", "end"))),
     ]
     DEFAULT_CSS = """
     ActionScreen { align: center middle; }
     ActionScreen > Vertical { width: 90%; max-width: 120; height: auto; max-height: 100%;
         border: thick $accent; background: $surface; padding: 0 1; }
-    ActionScreen VerticalScroll { height: auto; }
+    ActionScreen VerticalScroll { height: auto; max-height: 100%; }
     #action-bottom { dock: bottom; height: auto; }
     ActionScreen Horizontal { height: 3; }
     ActionScreen Button { margin-right: 2; }
     """
-    # The buttons are docked under the text, which scrolls: at 80x24 both fit.
+    # The buttons are docked under the text, which takes the height left above them and
+    # scrolls: at 80x24 both fit. (With `height: auto` alone the text grew to its whole length
+    # and was cut by the box, never scrolling: probe148 M1.)
 
     def __init__(self, recommendation: Recommendation, result: ActionResult,
                  readonly: bool = False, running: tuple[Process, ...] | None = None) -> None:
@@ -149,7 +157,9 @@ class ActionScreen(ModalScreen[str]):
             body.append("\nDo it? (y / n)\n", style="bold")
         with Vertical():
             with VerticalScroll():
-                yield Static(body, id="action-body")
+                # a wrapped command's continuation indented under its `$` (screens/hanging.py);
+                # selected by hand, it is copied whole, on one line
+                yield HangingStatic(HangingText(body), id="action-body")
             with Vertical(id="action-bottom"):
                 if res.kind in CHANGES_HOST and self.readonly:
                     # beside the buttons, read without scrolling (at the end of the text it
@@ -175,6 +185,10 @@ class ActionScreen(ModalScreen[str]):
             if self.copy_text:
                 yield Button("Copy (c)", id="copy", variant="primary")
             yield Button("Cancel (esc)", id="cancel")
+
+    def action_scroll_body(self, how: str) -> None:
+        body = self.query_one(VerticalScroll)
+        getattr(body, f"scroll_{how}")(animate=False)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "do":

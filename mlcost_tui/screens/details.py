@@ -37,6 +37,7 @@ from mlcost_tui.panels.header import target_label
 from mlcost_tui.panels.recommendations import ACTION_LABELS, savings_figures, savings_text
 from mlcost_tui.plot import Plot, covered, covering, history_chart, summary
 from mlcost_tui.screens.energy_section import energy_section
+from mlcost_tui.screens.hanging import HangingStatic, HangingText
 from mlcost_tui.screens.kind_section import kind_section
 from mlcost_tui.thresholds import MUTED, PHASE_COLOURS
 
@@ -248,11 +249,13 @@ class DetailsScreen(Screen):
         with VerticalScroll():
             if self.process is not None:
                 # what it is about first: the SM chart came before it, its heading mid-screen
-                yield Static(process_heading(self.process), id="details-heading")
+                yield HangingStatic(HangingText(process_heading(self.process)),
+                                    id="details-heading")
             if self.process is not None and self.client is not None:  # a replay has no history
                 yield Label("SM share over the last hour", id="sm-label")
                 yield Plot(id="sm", empty="loading the SM share history…")
-            yield Static(self.render_body(), id="details-body")
+            # a wrapped item's continuation lines indented under it (screens/hanging.py)
+            yield HangingStatic(self.render_hanging(), id="details-body")
         yield KeyFooter()
 
     def on_mount(self) -> None:
@@ -282,7 +285,7 @@ class DetailsScreen(Screen):
     def set_comparison(self, result: Comparison | None, note: str) -> None:
         self.comparison, self.comparison_note = result, note
         if self.is_mounted:
-            self.query_one("#details-body", Static).update(self.render_body())
+            self.query_one("#details-body", Static).update(self.render_hanging())
 
     @work(exclusive=True, group="phases", exit_on_error=False,
           description="load a process's phase balance from mlcostd")
@@ -326,7 +329,7 @@ class DetailsScreen(Screen):
     def set_phases(self, phases: Phases | None, error: str | None) -> None:
         self.phases, self.phases_error = phases, error
         if self.is_mounted:
-            self.query_one("#details-body", Static).update(self.render_body())
+            self.query_one("#details-body", Static).update(self.render_hanging())
 
     def saw_tick(self, now: Now) -> None:
         """A snapshot of the host arrived (the App hands each one over while this screen is
@@ -343,8 +346,8 @@ class DetailsScreen(Screen):
             self.gone_at = gone
             if self.is_mounted:
                 self.query_one("#details-heading", Static).update(
-                    process_heading(self.process, gone, self.last_seen))
-                self.query_one("#details-body", Static).update(self.render_body())
+                    HangingText(process_heading(self.process, gone, self.last_seen)))
+                self.query_one("#details-body", Static).update(self.render_hanging())
 
     @property
     def exited(self) -> bool:
@@ -385,6 +388,9 @@ class DetailsScreen(Screen):
         self.notify(f"{command}\n(copied) run it on the host: this job's latest run against "
                     "its previous one, figure by figure, better / worse / within noise",
                     title="compare with the previous run", timeout=15)
+
+    def render_hanging(self) -> HangingText:
+        return HangingText(self.render_body())
 
     def render_body(self) -> Text:
         if self.process is not None:

@@ -12,6 +12,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from mlcost_tui.footer import KeyFooter
 from mlcost_tui.thresholds import MUTED, PHASE_COLOURS
 
 ABOUT = ("mlcost-top shows what every GPU and GPU process on a host costs, where the money "
@@ -58,3 +59,6 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield Static(self.text(), id="help-body")
+        # Its own footer, over the main screen's: that one went on showing `a Apply`, `k Stop`
+        # … which do nothing while the help is open (probe148 L3). The help's keys only.
+        yield KeyFooter()
