@@ -9,14 +9,19 @@ import json
 import sqlite3
 import sys
 import textwrap
+import time
 
 import pytest
+from scripted import recording_daemon
 from simhost import poll
 
+from daemon.analysis import live_phases
 from daemon.analysis.live_phases import LivePhases
 from daemon.api.document import ProcessEntries, now_document
 from daemon.replay import Replay
 from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
+from daemon.store import facts, queries
+from daemon.store.reader import StoreReader
 from daemon.wire import (
     CHECKPOINT,
     COMPUTE,
@@ -201,6 +206,35 @@ def test_a_starved_jobs_column_does_not_flip_with_each_sample():
     save.window_opened(PID, t0)
     _stack(save, t0 + 1, CHECKPOINT)
     assert save.latest_phase(PID, t0) == CHECKPOINT
+
+
+def test_replay_reads_a_windows_recent_stacks_as_the_live_daemon(tmp_path):
+    """Replay's phase_now in an open window (daemon.store.queries.latest_phase over the store's
+    stack samples) is what the live daemon showed (LivePhases.latest_phase) after each sample
+    of a starved job's window, and of a job that stops: not the last stack's alone."""
+    assert queries.RECENT_PHASE_S == live_phases.RECENT_PHASE_S
+    t0 = time.time() - 200
+    daemon = recording_daemon(tmp_path, 5.0, ticks=3, t0=t0)  # process 4242 in the store
+    assert daemon.store is not None
+    live = LivePhases(interval_s=1.0)
+    since = t0 + 5
+    _stack(live, since - 3, IDLE)  # before the window: neither reads it
+    live.window_opened(PID, since)
+    script = [DATA_WAIT, DATA_WAIT, COMPUTE, DATA_WAIT, DATA_WAIT] * 5 + [IDLE] * 12
+    times = [since - 3] + [since + 1 + 2 * n for n in range(len(script))]
+    facts.write_stacks(daemon.store, [facts.StackRow(
+        ts=ts, pid=4242, start_time=1000.5, thread_id=1, stack_hash=phase, frames=(),
+        phase=phase, gpu_util=10.0) for ts, phase in zip(times, [IDLE, *script], strict=True)])
+    daemon.store.close()
+    shown, replayed = [], []
+    with StoreReader(tmp_path / "mlcost.db") as reader:
+        for ts, phase in zip(times[1:], script, strict=True):
+            _stack(live, ts, phase)
+            shown.append(live.latest_phase(PID, since))
+            replayed.append(queries.latest_phase(reader, 4242, 1000.5, since, ts + 0.5))
+        assert queries.latest_phase(reader, 4242, 1000.5, since, since + 0.5) is None
+    assert replayed == shown
+    assert set(shown[:25]) == {DATA_WAIT} and shown[-1] == IDLE, shown
 
 
 @pytest.mark.parametrize("entries", [None, ProcessEntries()])
