@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -40,6 +40,26 @@ ProcessId = tuple[int, float]  # (pid, start_time)
 KEEP_MARGIN_S = 1e-3  # a kept balance is looked at again this much before it may run out
 
 
+# How far back from its last sample a window's samples say what a process does now
+# (`recent_phase`): at one dump every 2 s, 15 samples, so a starved job that computes in one
+# dump in six keeps reading data_wait, and a change that lasts takes about half of it to show.
+RECENT_PHASE_S = 30.0
+
+
+def recent_phase(samples: Sequence[StackSample], since: float) -> str:
+    """The phase most of `samples` (in time order, the last taken at `since` or later) say
+    over the RECENT_PHASE_S up to the last one, none before `since`; of phases as many, the one
+    sampled last."""
+    last = samples[-1]
+    start = max(since, last.ts - RECENT_PHASE_S)
+    counts: dict[str, int] = {}
+    for sample in reversed(samples):  # newest first: the first phase to a count leads the tie
+        if sample.ts < start:
+            break
+        counts[sample.phase] = counts.get(sample.phase, 0) + 1
+    return max(counts, key=counts.__getitem__)  # the first of the largest: sampled last
+
+
 @dataclass
 class _Process:
     first_seen: float
@@ -58,6 +78,9 @@ class _Process:
     # the balance last shown with some drift allowed: (facts, held a GPU, until, balance)
     shown: tuple[int, bool, float, dict[str, Any]] | None = None
     order: int = 0  # when it was first kept (the order balances lists processes in)
+    # latest_phase's last answer: (facts, since, phase), asked again every tick until a fact
+    # of it changes
+    now_phase: tuple[int, float, str | None] | None = None
 
 
 @dataclass
@@ -185,15 +208,29 @@ class LivePhases:
         self._dirty.add(key)
 
     def latest_phase(self, key: ProcessId, since: float) -> str | None:
-        """The phase of `key`'s last stack sample where it was taken at `since` or later (in
-        the low-utilization window open since then): what it does now while its GPU is quiet,
-        which its balance over the window may outweigh (a job that computes most of the time
-        and is writing a checkpoint now). None where no sample was taken since."""
+        """What `key` does now by the stacks sampled in the low-utilization window open since
+        `since` (/v1/now's `phase_now` there): `recent_phase` of those taken in the
+        RECENT_PHASE_S up to the last one. A window that just opened has its own few samples (a
+        job that computes most of the time reads checkpoint as soon as a save is sampled); a
+        window open for minutes (a data-starved job, a server at a sliver of its SMs) reads what
+        most of its recent samples say, not the one sample taken last (a starved job's column
+        went data_wait, compute, data_wait with each dump). None where no sample was taken since."""
         proc = self._processes.get(key)
         if proc is None or not proc.samples:
             return None
-        last = proc.samples[-1]
-        return last.phase if last.ts >= since else None
+        kept = proc.now_phase
+        if kept is not None and kept[0] == proc.facts and kept[1] == since:
+            return kept[2]
+        samples = proc.samples
+        last = samples[-1]
+        if last.ts < since:
+            phase = None
+        elif len(samples) == 1 or samples[-2].ts < since:  # one sample in the window (a new one)
+            phase = last.phase
+        else:
+            phase = recent_phase(samples, since)
+        proc.now_phase = (proc.facts, since, phase)
+        return phase
 
     def _forget_before(self, horizon: float) -> None:
         for key in [k for k, p in self._processes.items() if p.last_seen < horizon]:

@@ -24,7 +24,7 @@ from daemon.analysis.rules.combine import savings_document
 from daemon.config.sections import AttributionConfig
 from daemon.sources.owners import workload_label
 from daemon.sources.sample import GPU_FIELDS, GPU_OK, GpuSample, Sample
-from daemon.wire import COMPUTE, HIGH_CONFIDENCE
+from daemon.wire import COMPUTE, HIGH_CONFIDENCE, IDLE
 from pricing.offcloud import gpus_energy_per_hour
 
 DOCUMENT_VERSION = 1
@@ -115,14 +115,17 @@ def phase_now(entry: Mapping[str, Any], proc: ProcessModel, in_window: bool,
               working_sm_share: float = WORKING_SM_SHARE, latest: str | None = None
               ) -> str | None:
     """The phase a process is in now (/v1/now's `phase_now`, the TUI's phase column): in an
-    open low-utilization window, the phase of the last stack sampled in it (`latest`: a job
-    that computes most of the time is writing a checkpoint now); `compute` while it holds a
-    GPU at `working_sm_share` or more outside any window; else, its GPU quiet with no stack
-    sampled in this quiet stretch yet (the first seconds, before a window opens), what its
-    stacks said while its GPU was quiet before: `quiet_phase`. Stacks are sampled only in
-    those windows, so when it is back at work every stack its balance rests on was taken
-    before: an `idle` or `data_wait` from them says what it did then, and the GPU says what it
-    does now. None while its phase is not known yet (as `phase`)."""
+    open low-utilization window, what most of the stacks sampled lately in it say (`latest`,
+    daemon.analysis.live_phases.LivePhases.latest_phase: a job that computes most of the time
+    is writing a checkpoint now, a starved job caught in its kernel in one dump in six is
+    waiting for data); `compute` while it holds a GPU at `working_sm_share` or more outside any
+    window; else, its GPU quiet with no stack sampled in this quiet stretch yet (the first
+    seconds, before a window opens), what its stacks said while its GPU was quiet before:
+    `quiet_phase`. Stacks are sampled only in those windows, so when it is back at work every
+    stack its balance rests on was taken before: an `idle` or `data_wait` from them says what
+    it did then, and the GPU says what it does now. None while its phase is not known yet (as
+    `phase`). (now_document then reads `compute` for an `idle` on a busy GPU of its own:
+    `works_on_busy_gpu`.)"""
     top = entry["phase"]
     if top is None:
         return None
@@ -132,6 +135,40 @@ def phase_now(entry: Mapping[str, Any], proc: ProcessModel, in_window: bool,
     if share is None or not gpus or not proc.gpu_memory_bytes:
         return top
     return COMPUTE if share / len(gpus) >= working_sm_share else quiet_phase(entry)
+
+
+def works_on_busy_gpu(proc: ProcessModel, busy: Mapping[int, bool | None],
+                      holders: Mapping[int, int]) -> bool:
+    """Whether a GPU `proc` holds reads busy (utilization at the idle threshold or more:
+    `busy`, by index) with its work: its own SM share there is above 0, or nothing else holds
+    it (`holders`: how many processes hold each GPU; a host whose NVML gives no per-process
+    shares reads 0 for all). A process holding memory idle on a GPU another keeps busy works
+    on none; one that holds no memory there (0 bytes) is not on it."""
+    for use in proc.gpus:
+        if busy.get(use.gpu_index) and use.memory_bytes != 0 and (
+                use.sm_share > 0 or holders.get(use.gpu_index) == 1):
+            return True
+    return False
+
+
+def not_idle_on_busy_gpus(processes: Sequence[ProcessModel], entries: Sequence[dict[str, Any]],
+                          busy: Mapping[int, bool | None]) -> None:
+    """`phase_now` `compute`, not `idle`, for each process that works on a busy GPU
+    (`works_on_busy_gpu`), in its entry (`entries`, in the order of `processes`): a server
+    between requests on a GPU its own kernels keep 89% busy, whose last stacks say idle, is not
+    idle (probe 148 M3); its balance (`phase`, the rules') keeps those stacks. Only the entries
+    that read `idle` are looked at; who holds which GPU is counted only where one does."""
+    holders: dict[int, int] | None = None
+    for proc, entry in zip(processes, entries, strict=True):
+        if entry["phase_now"] != IDLE or not proc.gpus:
+            continue
+        if holders is None:
+            holders = {}
+            for other in processes:
+                for use in other.gpus:
+                    holders[use.gpu_index] = holders.get(use.gpu_index, 0) + 1
+        if works_on_busy_gpu(proc, busy, holders):
+            entry["phase_now"] = COMPUTE
 
 
 def quiet_phase(entry: Mapping[str, Any]) -> str | None:
@@ -186,8 +223,8 @@ def process_entry(proc: ProcessModel, cost: ProcessCost | None,
                   working_sm_share: float = WORKING_SM_SHARE,
                   latest: str | None = None) -> dict[str, Any]:
     """One process: what it is, its rates, its burn and cost, its phase balance, its kind.
-    `in_window`: it is in an open low-utilization window now, `latest` the phase of the last
-    stack sampled in it (see `phase_now`)."""
+    `in_window`: it is in an open low-utilization window now, `latest` the phase the stacks
+    sampled lately in it say (see `phase_now`)."""
     entry = _entry(proc, cost, balance, stack_status, kind)
     entry["phase_now"] = phase_now(entry, proc, in_window, working_sm_share, latest)
     return entry
@@ -367,7 +404,8 @@ def now_document(
     daemon.wire.process_key; a missing input reads as None or empty in the document.
     `entries`: the process entries' parts kept from the document before (a live daemon's).
     `working_sm_share`: [attribution].low_sm_share (a process's `phase_now`); `window_phases`:
-    the phase of the last stack sampled in each open low-utilization window, by process key;
+    the phase the stacks sampled lately in each open low-utilization window say, by process key
+    (LivePhases.latest_phase);
     `daemon_id`: the live daemon's (Daemon.daemon_id), None in a replay."""
     doc: dict[str, Any] = {"version": DOCUMENT_VERSION, "host": dict(host),
                            "daemon_id": daemon_id,
@@ -391,6 +429,7 @@ def now_document(
                   kinds.get(p.key), in_window=p.key in sampled,
                   working_sm_share=working_sm_share, latest=latest.get(p.key))
             for p in model.processes]
+        not_idle_on_busy_gpus(model.processes, doc["processes"], busy)
         if entries is not None:
             entries.keep_only({p.key for p in model.processes})
     if cost is not None:

@@ -91,15 +91,31 @@ def stack_samples(reader: StoreReader, since: float, until: float) -> list[dict[
             for r in rows if r["hash"] in frames_of]
 
 
+# daemon.analysis.live_phases.RECENT_PHASE_S (the store does not import analysis): how far back
+# from a window's last stack sample its samples say what the process does now
+RECENT_PHASE_S = 30.0
+
+
 def latest_phase(reader: StoreReader, pid: int, start_time: float, since: float,
                  until: float) -> str | None:
-    """The phase of the process's last stack sample in [since, until] (None: none there):
-    what replay's `phase_now` shows in an open low-utilization window, as the live daemon's
-    (daemon.analysis.live_phases.LivePhases.latest_phase). One index lookup (proc, ts)."""
+    """What the process does now by its stack samples in [since, until] (None: none there):
+    the phase most of those taken in the RECENT_PHASE_S up to the last one say, of phases as
+    many the one sampled last. What replay's `phase_now` shows in an open low-utilization
+    window, as the live daemon's (daemon.analysis.live_phases.LivePhases.latest_phase). Two
+    lookups in the index (proc, ts): its last sample, then those of the RECENT_PHASE_S to it."""
+    proc = reader.query("SELECT id FROM processes WHERE pid = ? AND start_ms = ?",
+                        (pid, round(start_time * 1000)))
+    if not proc:
+        return None
+    last = reader.query("SELECT MAX(ts) AS ts FROM stack_samples WHERE proc = ? AND ts >= ? "
+                        "AND ts <= ?", (proc[0]["id"], round(since * 1000), round(until * 1000)))
+    end = last[0]["ts"] if last else None
+    if not isinstance(end, int):  # none sampled there (or a planted store's text)
+        return None
     rows = reader.query(
-        "SELECT s.phase FROM stack_samples s WHERE s.proc = (SELECT id FROM processes "
-        "WHERE pid = ? AND start_ms = ?) AND s.ts >= ? AND s.ts <= ? ORDER BY s.ts DESC LIMIT 1",
-        (pid, round(start_time * 1000), round(since * 1000), round(until * 1000)))
+        "SELECT phase, COUNT(*) AS n, MAX(ts) AS latest FROM stack_samples WHERE proc = ? "
+        "AND ts >= ? AND ts <= ? GROUP BY phase ORDER BY n DESC, latest DESC LIMIT 1",
+        (proc[0]["id"], max(round(since * 1000), end - round(RECENT_PHASE_S * 1000)), end))
     phase = rows[0]["phase"] if rows else None
     return phase if phase in PHASES else None  # (a planted store's text is not a phase)
 

@@ -9,13 +9,19 @@ import json
 import sqlite3
 import sys
 import textwrap
+import time
 
 import pytest
+from scripted import recording_daemon
 from simhost import poll
 
+from daemon.analysis import live_phases
+from daemon.analysis.live_phases import LivePhases
 from daemon.api.document import ProcessEntries, now_document
 from daemon.replay import Replay
 from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
+from daemon.store import facts, queries
+from daemon.store.reader import StoreReader
 from daemon.wire import (
     CHECKPOINT,
     COMPUTE,
@@ -28,6 +34,7 @@ from daemon.wire import (
 from mlcost_tui.panels.processes import _phase_cell, _phase_value
 
 KEY = "4242:1000.500"
+PID = (4242, 1000.5)
 STACK = {"file": "nb.py", "line": 3, "reason": "sleeps"}
 
 
@@ -41,20 +48,27 @@ def _balance(top: str, confidence: str = HIGH_CONFIDENCE) -> dict:
 
 def _document(shares: tuple[float, ...], balance: dict | None, *, window: bool = False,
               memory: int = 8 << 30, entries: ProcessEntries | None = None,
-              latest: str | None = None) -> dict:
-    """/v1/now of one tick: one process on len(shares) GPUs at those SM shares."""
-    gpus = tuple(GpuSample(n, f"GPU-{n}", "A100", utilization=s, memory_used_bytes=memory,
+              latest: str | None = None, utilization: float | None = None,
+              neighbour: float | None = None) -> dict:
+    """/v1/now of one tick: one process on len(shares) GPUs at those SM shares, each GPU at
+    `utilization` (its share where None); `neighbour`: another process on GPU 0 at that SM
+    share."""
+    gpus = tuple(GpuSample(n, f"GPU-{n}", "A100", utilization=s if utilization is None
+                           else utilization, memory_used_bytes=memory,
                            memory_total_bytes=40 << 30) for n, s in enumerate(shares))
     proc = ProcessSample(4242, 1000.5, 1, "alice", "python train.py",
                          gpus=tuple(GpuUse(n, memory, s) for n, s in enumerate(shares)))
+    others = () if neighbour is None else (ProcessSample(
+        4343, 1000.5, 1, "bob", "python serve.py", gpus=(GpuUse(0, memory, neighbour),)),)
     windows = [{"kind": "low_utilization", "target": KEY, "started_at": 0.0,
                 "ended_at": None}] if window else []
-    doc = now_document(host={}, sample=Sample(ts=2000.0, tick=9, gpus=gpus, processes=(proc,)),
+    doc = now_document(host={}, sample=Sample(ts=2000.0, tick=9, gpus=gpus,
+                                              processes=(proc, *others)),
                        previous=None, tick=9, idle_utilization_pct=5.0,
                        phases={KEY: balance} if balance is not None else {},
                        windows=windows, entries=entries,
                        window_phases={KEY: latest} if latest is not None else None)
-    (entry,) = doc["processes"]
+    entry = doc["processes"][0]
     assert entry["key"] == KEY
     return entry
 
@@ -80,7 +94,7 @@ def test_a_process_back_at_work_after_idle_stacks_reads_compute_now(entries):
 
 def test_the_balance_stands_in_a_window_below_the_working_share_or_before_it_is_known():
     # in an open low-utilization window its stacks are being sampled: they say what it does
-    assert _document((95.0,), _balance(IDLE), window=True)["phase_now"] == IDLE
+    assert _document((95.0,), _balance(DATA_WAIT), window=True)["phase_now"] == DATA_WAIT
     # under [attribution].low_sm_share it is not at work (a dip starts there)
     assert _document((12.0,), _balance(DATA_WAIT))["phase_now"] == DATA_WAIT
     # no memory held: nothing of it is on the GPU
@@ -108,6 +122,119 @@ def test_in_a_window_the_last_sampled_stack_says_what_it_does_now(entries):
     assert entry["phase_now"] == COMPUTE and _column(entry, gpus_idle=True) == IDLE
     # out of its window, back at work, the last window's stack is not what it does now
     assert _document((95.0,), balance, latest=CHECKPOINT, entries=entries)["phase_now"] == COMPUTE
+
+
+@pytest.mark.parametrize("entries", [None, ProcessEntries()])
+def test_a_server_on_a_busy_gpu_whose_last_stack_is_idle_does_not_read_idle(entries):
+    """Probe 148 M3: the demo's inference server (batch size 1: SM 11%, so in a window for good)
+    keeps its GPU 89% busy; a stack caught between two requests said idle, and the column read
+    `idle` on a busy GPU. Its own kernels keep the GPU busy: it reads compute, its balance
+    stays what the rules read."""
+    server = _document((11.0,), _balance(COMPUTE), window=True, latest=IDLE, utilization=89.0,
+                       entries=entries)
+    assert (server["phase"], server["phase_now"]) == (COMPUTE, COMPUTE)
+    assert _column(server) == COMPUTE
+    # its balance idle from earlier quiet stretches, no stack in this window yet: the same
+    entry = _document((11.0,), _balance(IDLE), window=True, utilization=89.0, entries=entries)
+    assert (entry["phase"], entry["phase_now"]) == (IDLE, COMPUTE)
+    # out of a window, on 4 GPUs at 20% each (under the working share): they are busy with it
+    assert _document((20.0,) * 4, _balance(IDLE), entries=entries)["phase_now"] == COMPUTE
+    # a wait it is sampled in stays: it says why its GPU is less busy than it could be
+    assert _document((11.0,), _balance(COMPUTE), window=True, latest=DATA_WAIT, utilization=89.0,
+                     entries=entries)["phase_now"] == DATA_WAIT
+    # its GPU idle (under [idle].utilization, 5%): idle it is
+    idle = _document((0.0,), _balance(COMPUTE), window=True, latest=IDLE, utilization=2.0,
+                     entries=entries)
+    assert idle["phase_now"] == IDLE and _column(idle, gpus_idle=True) == IDLE
+    # a GPU another process keeps busy while this one holds memory there and runs nothing: idle
+    held = _document((0.0,), _balance(IDLE), window=True, latest=IDLE, utilization=90.0,
+                     neighbour=90.0, entries=entries)
+    assert held["phase_now"] == IDLE
+    # with a share of its own on that shared busy GPU it works there
+    assert _document((6.0,), _balance(IDLE), window=True, latest=IDLE, utilization=90.0,
+                     neighbour=80.0, entries=entries)["phase_now"] == COMPUTE
+    # NVML without per-process shares (each reads 0): the GPU it holds alone is busy with it
+    assert _document((0.0,), _balance(IDLE), window=True, latest=IDLE, utilization=90.0,
+                     entries=entries)["phase_now"] == COMPUTE
+
+
+def _stack(live: LivePhases, ts: float, phase: str) -> None:
+    live.add_stack(PID, ts, 1, phase, [("get", "loader.py", 7)], phase, 10.0, "")
+
+
+def test_a_starved_jobs_column_does_not_flip_with_each_sample():
+    """Probe 148 M3: the demo's data-starved job (SM 13%: a window open for good) went
+    data_wait, compute, data_wait... in the column: each tick showed the one stack sampled last,
+    and one dump in six or so catches it in its short kernel. LivePhases (the daemon's) hands
+    /v1/now what most of the window's recent stacks say: data_wait at every sample; a window
+    just opened has its own stacks only (a save reads checkpoint from its first stack); a
+    change that lasts shows once it is most of the recent stacks."""
+    live = LivePhases(interval_s=1.0)
+    t0 = 10_000.0
+    for ts in (t0 - 40, t0 - 38, t0 - 36):  # before this window, in the mid band: compute
+        _stack(live, ts, COMPUTE)
+    live.window_opened(PID, t0)
+    assert live.latest_phase(PID, t0) is None  # none sampled in it yet
+    # a dump every 2 s, one in five caught in its kernel
+    script = [DATA_WAIT, DATA_WAIT, COMPUTE, DATA_WAIT, DATA_WAIT] * 6
+    shown = []
+    for n, phase in enumerate(script):
+        ts = t0 + 1 + 2 * n
+        _stack(live, ts, phase)
+        shown.append(live.latest_phase(PID, t0))
+        entry = _document((13.0,), _balance(DATA_WAIT), window=True, latest=shown[-1],
+                          utilization=16.0)
+        assert entry["phase_now"] == DATA_WAIT and _column(entry) == DATA_WAIT, (n, shown)
+    # its work stops: a stack or two do not change it; once idle leads the last 30 s of stacks
+    # (16 at a dump every 2 s), within 8 dumps, it reads idle
+    n = len(script)
+    shown = []
+    for k in range(8):
+        _stack(live, t0 + 1 + 2 * (n + k), IDLE)
+        shown.append(live.latest_phase(PID, t0))
+    assert shown[:2] == [DATA_WAIT, DATA_WAIT] and shown[-1] == IDLE, shown
+    # as many of each: the one sampled last
+    tie = LivePhases(interval_s=1.0)
+    tie.window_opened(PID, t0)
+    _stack(tie, t0 + 1, COMPUTE)
+    _stack(tie, t0 + 3, CHECKPOINT)
+    assert tie.latest_phase(PID, t0) == CHECKPOINT
+    # a new window of a job that computed for minutes: its first stack says what it does now
+    save = LivePhases(interval_s=1.0)
+    for k in range(60):
+        _stack(save, t0 - 200 + 2 * k, COMPUTE)
+    save.window_opened(PID, t0)
+    _stack(save, t0 + 1, CHECKPOINT)
+    assert save.latest_phase(PID, t0) == CHECKPOINT
+
+
+def test_replay_reads_a_windows_recent_stacks_as_the_live_daemon(tmp_path):
+    """Replay's phase_now in an open window (daemon.store.queries.latest_phase over the store's
+    stack samples) is what the live daemon showed (LivePhases.latest_phase) after each sample
+    of a starved job's window, and of a job that stops: not the last stack's alone."""
+    assert queries.RECENT_PHASE_S == live_phases.RECENT_PHASE_S
+    t0 = time.time() - 200
+    daemon = recording_daemon(tmp_path, 5.0, ticks=3, t0=t0)  # process 4242 in the store
+    assert daemon.store is not None
+    live = LivePhases(interval_s=1.0)
+    since = t0 + 5
+    _stack(live, since - 3, IDLE)  # before the window: neither reads it
+    live.window_opened(PID, since)
+    script = [DATA_WAIT, DATA_WAIT, COMPUTE, DATA_WAIT, DATA_WAIT] * 5 + [IDLE] * 12
+    times = [since - 3] + [since + 1 + 2 * n for n in range(len(script))]
+    facts.write_stacks(daemon.store, [facts.StackRow(
+        ts=ts, pid=4242, start_time=1000.5, thread_id=1, stack_hash=phase, frames=(),
+        phase=phase, gpu_util=10.0) for ts, phase in zip(times, [IDLE, *script], strict=True)])
+    daemon.store.close()
+    shown, replayed = [], []
+    with StoreReader(tmp_path / "mlcost.db") as reader:
+        for ts, phase in zip(times[1:], script, strict=True):
+            _stack(live, ts, phase)
+            shown.append(live.latest_phase(PID, since))
+            replayed.append(queries.latest_phase(reader, 4242, 1000.5, since, ts + 0.5))
+        assert queries.latest_phase(reader, 4242, 1000.5, since, since + 0.5) is None
+    assert replayed == shown
+    assert set(shown[:25]) == {DATA_WAIT} and shown[-1] == IDLE, shown
 
 
 @pytest.mark.parametrize("entries", [None, ProcessEntries()])
@@ -144,8 +271,8 @@ def test_a_quiet_gpu_before_a_stack_reads_what_its_stacks_said_in_earlier_quiet_
 
 def test_a_process_on_several_gpus_works_by_its_mean_share():
     # 4 x 20 %: summed 80 % (sm_share), but each GPU under the working share
-    assert _document((20.0,) * 4, _balance(IDLE))["phase_now"] == IDLE
-    assert _document((85.0,) * 4, _balance(IDLE))["phase_now"] == COMPUTE
+    assert _document((20.0,) * 4, _balance(DATA_WAIT))["phase_now"] == DATA_WAIT
+    assert _document((85.0,) * 4, _balance(DATA_WAIT))["phase_now"] == COMPUTE
 
 
 def test_kept_entries_follow_the_share_from_tick_to_tick():
@@ -268,3 +395,60 @@ def test_a_live_job_writing_a_checkpoint_reads_checkpoint_while_its_balance_says
     with Replay(copy) as replay:
         replayed = {p["key"]: p for p in replay.state_at(at)["processes"]}
     assert replayed[proc["key"]]["phase_now"] == CHECKPOINT
+
+
+SERVER = textwrap.dedent("""
+    import socket
+    from daemon.sim.device import Device
+    with Device(gpu_index=0) as gpu:
+        gpu.alloc(8 << 30)
+        gpu.launch(0.10)  # its GPU busy the whole time, at a sliver of its SMs (batch size 1)
+        waiting, _ = socket.socketpair()
+        waiting.recv(1)  # between requests: one that never comes
+""")
+
+
+def test_a_live_server_on_its_busy_gpu_between_requests_reads_compute(mlcostd, tmp_path):
+    """Probe 148 M3 live: a real process keeps its simulated GPU 100% busy at 10% of its SMs
+    (a low-utilization window opens and stays open) while its main thread waits on a socket
+    for a request: its stacks say idle, its balance is idle. The old code gave the window's last
+    stack, `idle`, as phase_now (the column: idle beside a busy GPU); it reads compute, in a
+    replay of the store at that tick too."""
+    program = tmp_path / "server.py"
+    program.write_text(SERVER)
+    scenario = tmp_path / "server.toml"
+    scenario.write_text(
+        '[instance]\nprovider = "aws"\ntype = "p4d.24xlarge"\nregion = "us-east-1"\n'
+        '[gpu]\nmodel = "NVIDIA A100-SXM4-40GB"\ncount = 1\n'
+        f'[[workloads]]\nname = "server"\ngpus = [0]\n'
+        f"command = {json.dumps([sys.executable, str(program)])}\n")
+    daemon = mlcostd("idle-host", interval=1.0, config={
+        "attribution": {"dump_interval": "1s", "dumps_per_second": 5, "cpu_budget": 0.3,
+                        "min_window": "2s"}},
+        args=["--simulate", str(scenario)])
+    state: dict = {}
+
+    def sampled_idle_in_its_window() -> dict | None:
+        now = state["now"] = daemon.now()
+        proc = next((p for p in now["processes"] if "server.py" in p["command"]), None)
+        if proc is None or proc["phase"] != IDLE:
+            return None
+        busy = all(g["busy"] for g in now["gpus"])
+        in_window = any(w["target"] == proc["key"] for w in now["windows"])
+        return proc if busy and in_window else None
+
+    proc = poll(sampled_idle_in_its_window, 120,
+                "the server's window open, its stacks idle, its GPU busy",
+                explain=lambda: json.dumps(state.get("now"), indent=1)[-4000:])
+    assert proc["phase_now"] == COMPUTE, proc["phase_reasons"]
+    assert _column(proc) == COMPUTE
+    at = state["now"]["ts"]
+    assert daemon.stop() == 0, daemon.log_tail()
+    copy = tmp_path / "copy.db"
+    source = sqlite3.connect(daemon.db)
+    source.execute("VACUUM INTO ?", (str(copy),))
+    source.close()
+    with Replay(copy) as replay:
+        replayed = {p["key"]: p for p in replay.state_at(at)["processes"]}
+    assert replayed[proc["key"]]["phase"] == IDLE
+    assert replayed[proc["key"]]["phase_now"] == COMPUTE
