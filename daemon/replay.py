@@ -305,8 +305,8 @@ class Replay:
         return doc
 
     def _window_phases(self, windows: list[dict[str, Any]], at: float) -> dict[str, str]:
-        """The phase of the last stack sampled in each window open at `at`, by process key (a
-        window's target), as the live daemon's `phase_now` reads it."""
+        """What most of the recent stacks sampled in each window open at `at` say, by process
+        key (a window's target), as the live daemon's `phase_now` reads it."""
         found = {}
         for window in windows:
             try:

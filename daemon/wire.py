@@ -445,8 +445,9 @@ class Process:
     # stacks off); None where no phase is known or an older daemon does not say.
     phase_confidence: str | None = None
     # The phase it is in now (the phase column's): `compute` while it works on its GPU outside
-    # a low-utilization window; while its GPU is quiet, the last stack's phase, or what its
-    # stacks said in earlier quiet stretches (an older daemon does not say: `phase` stands).
+    # a low-utilization window; while its GPU is quiet, what most of the window's recent stacks
+    # say (never `idle` on a busy GPU of its own), or what its stacks said in earlier quiet
+    # stretches (an older daemon does not say: `phase` stands).
     phase_now: str | None = None
     owner: dict[str, str] = field(default_factory=dict)  # pod, namespace, container, slurm_job, ... from cgroups
     workload: str | None = None  # short owner label for display: "ns/pod", "slurm 1234", "unit.service"

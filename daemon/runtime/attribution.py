@@ -599,8 +599,9 @@ class Attribution:
         return [self._event(d, None) for d in self._dips.values() if d.qualified]
 
     def window_phases(self) -> dict[str, str]:
-        """The phase of the last stack sampled in each open low-utilization window, by process
-        key (/v1/now's `phase_now` there): what the process does now, not its balance's top."""
+        """What most of the recent stacks sampled in each open low-utilization window say
+        (LivePhases.latest_phase), by process key (/v1/now's `phase_now` there): what the
+        process does now, not its balance's top."""
         found = {}
         for dip in self._dips.values():
             if dip.qualified:

@@ -101,7 +101,7 @@ def _phase_value(process: Process, gpus_idle: bool) -> tuple[str | None, bool, s
 def _phase_cell(phase_idle: tuple[str | None, bool, str | None]) -> Text:
     phase, gpus_idle, confidence = phase_idle
     if gpus_idle and phase in (COMPUTE, UNKNOWN, None, "", fmt.DASH):
-        # The phase is the latest sampled; every GPU it holds is IDLE now (the GPU panel's
+        # The phase is what its recent stacks say; every GPU it holds is IDLE now (the GPU panel's
         # verdict): it is not computing, whatever the last stacks said, and where they said
         # nothing (unknown, or no sample yet) idle is what is known. A wait (data_wait,
         # checkpoint...) stays: it says why the GPU is idle.
