@@ -72,6 +72,9 @@ def last_seen_name(name: str, width: int | None) -> Text:
 
 
 class PrometheusFleetTable(KeyedTable):
+    # enter opens the host, and the footer says so: DataTable's own enter (shown nowhere) took
+    # the screen's "Open host" out of the footer (probe 148 L6), as the --connect table shows it
+    BINDINGS = [Binding("enter", "select_cursor", "Open host", id="prometheus.table.open")]
     # At 80 columns the host, burn, waste, GPUs, idle GPUs and what the host's advice saves;
     # the host names take what the figures leave, cut with `…`. The scrape target (the address
     # Prometheus scrapes: "scraped at" read as a time) is the first to go, before the savings

@@ -182,6 +182,8 @@ async def test_at_80_columns_the_prometheus_fleet_table_keeps_its_figures_on_scr
         assert heading.rstrip().endswith("│") and "scraped at" not in heading, heading
         row = next(line for line in text if "$32.77" in line and "│" in line)
         assert "gpu-node-0…" in row and "$1,234" in row, text
+        # the footer says what enter does, as the --connect table's does (probe 148 L6)
+        assert "Open host" in text[-1] and "⏎" in text[-1], text[-1]
         # the host with no name shows its target in its place, as far as it fits
         unnamed = "gpu-node-018.training.example.internal:9400"
         assert str(table.get_row(unnamed)[0]) == "gpu-node-0…", table.get_row(unnamed)
