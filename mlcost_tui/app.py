@@ -70,6 +70,13 @@ class FilterInput(Input):
         self.app.close_filter(clear=True)  # type: ignore[attr-defined]
 
 
+class MainScreen(Screen):
+    """The App's own screen (the panels): tells the App when it is shown again."""
+
+    def on_screen_resume(self) -> None:
+        self.app.main_screen_resumed()  # type: ignore[attr-defined]
+
+
 class MlcostTop(App):
     """The app: connects to one daemon (or several: the fleet table) and shows it live."""
 
@@ -216,6 +223,7 @@ class MlcostTop(App):
         self.resolved_notices = incidents.ResolvedNotices()
         self.screen_layout: Layout | None = None
         self._said_lost = False  # a lost daemon said on a screen over the panels, once
+        self._render_skipped = False  # a snapshot arrived under a screen: drawn when it closes
         # the toast on the screen (one at a time: on_notify), as Textual's Notification
         self._shown_toast: Notification | None = None
         # the last toast raised while the help was open, or on the screen when it opened (for
@@ -316,6 +324,9 @@ class MlcostTop(App):
         if self.viewing is None or self.viewing >= len(self.clients):
             return None
         return self.clients[self.viewing]
+
+    def get_default_screen(self) -> Screen:
+        return MainScreen(id="_default")
 
     def compose(self) -> ComposeResult:
         yield HeaderPanel(id="header")
@@ -447,8 +458,18 @@ class MlcostTop(App):
             # status line froze at "● live" and its tick: the header goes on (one line's work)
             if self.screen_stack[0].is_current:
                 self.show_header(self.retry_s())
+            # drawn when the main screen is shown again (main_screen_resumed): a paused replay
+            # stepped behind a details screen has no next poll, and its panels kept the old
+            # tick's figures under the new tick's header (probe 148 M2)
+            self._render_skipped = True
             return
         self.render_hosts()
+
+    def main_screen_resumed(self) -> None:
+        """The main screen is shown again (a screen over it closed): the snapshot whose render
+        was skipped meanwhile, drawn now (nothing when none was)."""
+        if self._render_skipped and not self.paused and not self.covered and self.hosts:
+            self.render_hosts()
 
     @property
     def covered(self) -> bool:
@@ -477,6 +498,7 @@ class MlcostTop(App):
     def render_hosts(self) -> None:
         """Apply the latest snapshot to every panel in one batch."""
         started = time.perf_counter()
+        self._render_skipped = False
         with self.batch_update():
             self.show_header(self.retry_s())
             if self.viewing is None:

@@ -1,0 +1,120 @@
+"""A paused replay stepped while a recommendation's details screen is open (probe 148 M2): the
+screen kept the recommendation it was opened with, and after escape the main screen's
+recommendations kept the old tick's figures under the new tick's header until the next step (the
+main screen is not drawn while a screen covers it, and nothing drew it when it was shown again).
+Now the details follow the tick (or say the recommendation is not in it) and the main screen is
+drawn with the tick shown as it comes back. A real mlcostd records the idle host; mlcost-top
+replays its store."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import pytest
+from simhost import pilot_wait_for, poll
+from textual.widgets import Static
+
+from daemon.replay import Replay
+from mlcost_tui.app import MlcostTop
+from mlcost_tui.panels.recommendations import RecommendationTable
+from mlcost_tui.screens.details import DetailsScreen
+
+IDLE_CONFIG = {  # advice about the idle notebook within seconds, evaluated every 5 s
+    "idle": {"gpu_held_after": "10s", "gpu_unheld_after": "10s", "host_after": "10s"},
+    "cost": {"evaluate_every": "5s"},
+}
+RULE = "idle_gpu_held"
+ADVICE_TIMEOUT_S = 180.0
+
+
+@pytest.fixture(scope="module")
+def recording(mlcostd, tmp_path_factory) -> dict[str, Any]:
+    """The idle host recorded from before its advice until the advice's figures changed (its
+    evidence grows each evaluation); a copy of the store."""
+    daemon = mlcostd("idle-host", interval=0.5, config=IDLE_CONFIG)
+
+    def advice() -> dict[str, Any] | None:
+        return next((r for r in daemon.now().get("recommendations") or []
+                     if r["rule"] == RULE), None)
+
+    first = poll(advice, ADVICE_TIMEOUT_S, f"a {RULE} recommendation", every=0.5,
+                 explain=daemon.log_tail)
+    poll(lambda: (now := advice()) is not None and now != first, 60.0,
+         "the advice's figures changed (a later evaluation)", every=0.5,
+         explain=daemon.log_tail)
+    assert daemon.stop() == 0, daemon.log_tail()
+    copy = tmp_path_factory.mktemp("follow") / "copy.db"
+    source = sqlite3.connect(daemon.db)
+    source.execute("VACUUM INTO ?", (str(copy),))
+    source.close()
+    return {"db": copy, "id": first["id"]}
+
+
+def details_text(app: MlcostTop) -> str:
+    return str(app.screen.query_one("#details-body", Static).render())
+
+
+def shown_recommendations(app: MlcostTop) -> tuple[str, dict[str, Any]]:
+    """The main screen's recommendations panel: its title and the recommendations it shows."""
+    table = app.query_one(RecommendationTable)
+    return str(table.border_title), dict(table.recommendations)
+
+
+@pytest.mark.asyncio
+async def test_stepping_under_a_recommendations_details_moves_it_and_the_main_screen(recording):
+    rec_id = recording["id"]
+    with Replay(recording["db"]) as replay:
+        times = replay.times()
+        having = [ts for ts in times
+                  if any(r["id"] == rec_id for r in replay.state_at(ts)["recommendations"])]
+        without = next(ts for ts in times if ts < having[0])  # before the advice
+        early, late = having[0], having[-1]
+        app = MlcostTop([], poll=False, replay=replay)
+        async with app.run_test(size=(80, 24)) as pilot:
+            control = app.replay_control
+            assert control is not None
+
+            async def goto(ts: float) -> None:
+                control.goto(times.index(ts))
+                await pilot_wait_for(pilot, lambda: app.now is not None and app.now.ts == ts,
+                                     what=f"the recorded tick at {ts}")
+                await pilot.pause()
+
+            async def open_details() -> str:
+                table = app.query_one(RecommendationTable)
+                table.focus()
+                table.move_cursor(row=table.get_row_index(rec_id))
+                await pilot.press("enter")
+                await pilot_wait_for(pilot, lambda: isinstance(app.screen, DetailsScreen),
+                                     what="the recommendation's details")
+                return details_text(app)
+
+            async def back() -> None:
+                await pilot.press("escape")
+                await pilot_wait_for(pilot, lambda: not isinstance(app.screen, DetailsScreen),
+                                     what="the main screen")
+                await pilot.pause()
+
+            # each tick as the main screen shows it, and its details opened there
+            await goto(without)
+            main_without = shown_recommendations(app)
+            await goto(early)
+            main_early = shown_recommendations(app)
+            details_early = await open_details()
+            await back()
+            await goto(late)
+            details_late = await open_details()
+            assert details_early != details_late  # the figures moved between the two ticks
+            assert main_without != main_early
+
+            # stepped with the late tick's details open: they follow the tick
+            await goto(early)
+            assert details_text(app) == details_early
+            await goto(without)
+            shown = details_text(app)
+            assert "Not recommended at" in shown, shown
+            # and the main screen, shown again, has the tick its header says
+            await back()
+            assert app.now is not None and app.now.ts == without
+            assert shown_recommendations(app) == main_without
