@@ -50,7 +50,7 @@ from mlcost_tui.sources import (
     POLL_INTERVAL_S,
     LiveSource,
     ReplaySource,
-    fleet_totals,
+    fleet_header,
     one_per_daemon,
 )
 
@@ -531,8 +531,11 @@ class MlcostTop(App):
             alerting = tuple(h.now.hostname or h.target for h in daemons
                              if h.now is not None and (h.error is None or not answered)
                              and h.now.idle_alerts)
-            header.show(fleet_totals(self.hosts), self.paused, retry, fleet=len(daemons),
-                        alert_hosts=alerting)
+            totals, kept = fleet_header(self.hosts)
+            header.show(totals, self.paused, retry, fleet=len(daemons), alert_hosts=alerting,
+                        kept_spend=(len(kept), min((h.answered_at for h in kept
+                                                    if h.answered_at is not None),
+                                                   default=None)) if kept else None)
             return
         snap = self.shown_host
         if self.starting and (snap is None or snap.now is None or snap.now.ts is None):
