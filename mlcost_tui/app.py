@@ -224,6 +224,9 @@ class MlcostTop(App):
         self.screen_layout: Layout | None = None
         self._said_lost = False  # a lost daemon said on a screen over the panels, once
         self._render_skipped = False  # a snapshot arrived under a screen: drawn when it closes
+        # --demo: why its daemon exited, once it has (start_failure); nothing restarts it, so
+        # the keys that need it say this, and polling stops
+        self.demo_gone: str | None = None
         # the toast on the screen (one at a time: on_notify), as Textual's Notification
         self._shown_toast: Notification | None = None
         # the last toast raised while the help was open, or on the screen when it opened (for
@@ -428,6 +431,9 @@ class MlcostTop(App):
         if not self.query(HeaderPanel):
             return  # a poll that finished while the app closes: no panels to draw on
         self.hosts = message.hosts
+        if self.start_failure is not None and not self.starting and \
+                any(h.error is not None for h in self.hosts):
+            self._demo_exited()  # (only while a poll fails: the live path is not slowed)
         for note in self.event_snapshots.news(self.hosts):
             self.notify(note, title="incident snapshot", timeout=SNAPSHOT_TOAST_S)
         for note in self.resolved_notices.news(self.hosts):
@@ -470,6 +476,23 @@ class MlcostTop(App):
         was skipped meanwhile, drawn now (nothing when none was)."""
         if self._render_skipped and not self.paused and not self.covered and self.hosts:
             self.render_hosts()
+
+    def _demo_exited(self) -> None:
+        """--demo, a poll failed: if the demo's daemon exited, say so in place of the client's
+        "start it with `sudo mlcostd run` ... or try `mlcost-top --demo`" and its raw
+        exception (inside the demo), and stop polling a daemon nothing restarts."""
+        assert self.start_failure is not None
+        gone = self.demo_gone or self.start_failure()
+        if gone is None:
+            return  # a resize's reboot, or not known yet
+        self.demo_gone = gone
+        self.hosts = tuple(dataclasses.replace(h, error=gone) if h.error is not None else h
+                           for h in self.hosts)
+        if self.polling:
+            self.polling = False
+            if self._poll_timer is not None:
+                self._poll_timer.stop()
+            self.next_poll_at = None  # no "retrying in 2s": no retry comes
 
     @property
     def covered(self) -> bool:
@@ -642,6 +665,8 @@ class MlcostTop(App):
 
     def cannot_here(self, action: str) -> str | None:
         """Why `action` cannot run in this mode (None: it can)."""
+        if self.demo_gone is not None and action in self.NEEDS_DAEMON:
+            return f"{self.demo_gone} (q quits)"
         if self.replay is not None and action in self.NEEDS_DAEMON:
             return ("a replay shows what was recorded; applying, snoozing, stopping, the "
                     "history and snapshots need the live daemon: run mlcost-top on the host")
