@@ -225,7 +225,7 @@ class MlcostTop(App):
         self._said_lost = False  # a lost daemon said on a screen over the panels, once
         self._render_skipped = False  # a snapshot arrived under a screen: drawn when it closes
         # --demo: why its daemon exited, once it has (start_failure); nothing restarts it, so
-        # the keys that need it say this, and polling stops
+        # the keys that need it say this, and the header counts down to no retry
         self.demo_gone: str | None = None
         # the toast on the screen (one at a time: on_notify), as Textual's Notification
         self._shown_toast: Notification | None = None
@@ -480,7 +480,9 @@ class MlcostTop(App):
     def _demo_exited(self) -> None:
         """--demo, a poll failed: if the demo's daemon exited, say so in place of the client's
         "start it with `sudo mlcostd run` ... or try `mlcost-top --demo`" and its raw
-        exception (inside the demo), and stop polling a daemon nothing restarts."""
+        exception (inside the demo). Polling goes on (its redraws keep the header's "as of,
+        N s ago" current: stopped, it froze at "2s ago"); no countdown is shown (retry_s):
+        nothing restarts this daemon."""
         assert self.start_failure is not None
         gone = self.demo_gone or self.start_failure()
         if gone is None:
@@ -488,11 +490,6 @@ class MlcostTop(App):
         self.demo_gone = gone
         self.hosts = tuple(dataclasses.replace(h, error=gone) if h.error is not None else h
                            for h in self.hosts)
-        if self.polling:
-            self.polling = False
-            if self._poll_timer is not None:
-                self._poll_timer.stop()
-            self.next_poll_at = None  # no "retrying in 2s": no retry comes
 
     @property
     def covered(self) -> bool:
@@ -538,7 +535,10 @@ class MlcostTop(App):
         self.render_seconds = time.perf_counter() - started
 
     def retry_s(self) -> float | None:
-        """Seconds to the next try while a daemon does not answer (None while all do)."""
+        """Seconds to the next try while a daemon does not answer (None while all do, and
+        once the demo's daemon exited: no retry brings it back)."""
+        if self.demo_gone is not None:
+            return None
         if self.next_poll_at is not None and any(self.live.failures):
             return max(self.next_poll_at - time.monotonic(), 0.0)
         return None
