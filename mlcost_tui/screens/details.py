@@ -235,8 +235,8 @@ class DetailsScreen(Screen):
         # as far as the snapshots since the screen opened say): set by saw_tick.
         self.last_seen: float | None = None
         self.gone_at: float | None = None
-        # A recommendation's screen: the tick shown (ts) when it was not in it, None while it
-        # is (saw_tick: it follows the ticks, a replay's steps among them).
+        # A recommendation's screen: the tick shown (its ts) when it is not in it, None while
+        # it is (saw_tick: it follows the ticks, a replay's steps among them).
         self.missing_at: float | None = None
         # what the comparison with the previous run is doing, or why there is none
         self.comparison_note = ("comparing with the previous run…" if client is not None
@@ -360,8 +360,7 @@ class DetailsScreen(Screen):
         shown = self.recommendation
         assert shown is not None
         current = next((r for r in now.recommendations if r.id == shown.id), None)
-        missing = None if current is not None else (
-            self.missing_at if self.missing_at is not None else now.ts)
+        missing = None if current is not None else now.ts  # (a replay steps both ways)
         if (current is None or current == shown) and missing == self.missing_at:
             return  # (the same: nothing to draw)
         self.recommendation = current if current is not None else shown
