@@ -8,7 +8,9 @@ replays its store."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,15 +43,42 @@ def recording(mlcostd, tmp_path_factory) -> dict[str, Any]:
 
     first = poll(advice, ADVICE_TIMEOUT_S, f"a {RULE} recommendation", every=0.5,
                  explain=daemon.log_tail)
-    poll(lambda: (now := advice()) is not None and figures(now) != figures(first), 90.0,
-         "the advice's figures changed (a later evaluation)", every=0.5,
+    folder = tmp_path_factory.mktemp("follow")
+    copy = folder / "copy.db"
+
+    def recorded_twice() -> bool:
+        """The store (a copy of it) holds the advice with two different figures."""
+        copy.unlink(missing_ok=True)
+        vacuum_into(daemon.db, copy)
+        with Replay(copy) as replay:
+            return len({json.dumps(figures(r), sort_keys=True, default=str)
+                        for r in recorded(replay, first["id"]).values()}) >= 2
+
+    poll(recorded_twice, 90.0, "the advice recorded with two different figures", every=1.0,
          explain=daemon.log_tail)
     assert daemon.stop() == 0, daemon.log_tail()
-    copy = tmp_path_factory.mktemp("follow") / "copy.db"
-    source = sqlite3.connect(daemon.db)
-    source.execute("VACUUM INTO ?", (str(copy),))
-    source.close()
+    copy.unlink()
+    vacuum_into(daemon.db, copy)
     return {"db": copy, "id": first["id"]}
+
+
+def vacuum_into(db: Path, copy: Path) -> None:
+    source = sqlite3.connect(db)
+    try:
+        source.execute("VACUUM INTO ?", (str(copy),))
+    finally:
+        source.close()
+
+
+def recorded(replay: Replay, rec_id: str) -> dict[float, dict[str, Any]]:
+    """The advice at each recorded tick that has it."""
+    found = {}
+    for ts in replay.times():
+        rec = next((r for r in replay.state_at(ts)["recommendations"] if r["id"] == rec_id),
+                   None)
+        if rec is not None:
+            found[ts] = rec
+    return found
 
 
 def figures(rec: dict[str, Any]) -> tuple[Any, ...]:
@@ -72,9 +101,8 @@ async def test_stepping_under_a_recommendations_details_moves_it_and_the_main_sc
     rec_id = recording["id"]
     with Replay(recording["db"]) as replay:
         times = replay.times()
-        recs = {ts: next((r for r in replay.state_at(ts)["recommendations"]
-                          if r["id"] == rec_id), None) for ts in times}
-        having = [ts for ts in times if recs[ts] is not None]
+        recs = recorded(replay, rec_id)
+        having = sorted(recs)
         without = max(ts for ts in times if ts < having[0])  # before the advice
         early = having[0]
         late = max(ts for ts in having if figures(recs[ts]) != figures(recs[early]))
