@@ -50,7 +50,7 @@ from mlcost_tui.sources import (
     POLL_INTERVAL_S,
     LiveSource,
     ReplaySource,
-    fleet_totals,
+    fleet_header,
     one_per_daemon,
 )
 
@@ -68,6 +68,13 @@ class FilterInput(Input):
 
     def action_close(self) -> None:
         self.app.close_filter(clear=True)  # type: ignore[attr-defined]
+
+
+class MainScreen(Screen):
+    """The App's own screen (the panels): tells the App when it is shown again."""
+
+    def on_screen_resume(self) -> None:
+        self.app.main_screen_resumed()  # type: ignore[attr-defined]
 
 
 class MlcostTop(App):
@@ -216,6 +223,10 @@ class MlcostTop(App):
         self.resolved_notices = incidents.ResolvedNotices()
         self.screen_layout: Layout | None = None
         self._said_lost = False  # a lost daemon said on a screen over the panels, once
+        self._render_skipped = False  # a snapshot arrived under a screen: drawn when it closes
+        # --demo: why its daemon exited, once it has (start_failure); nothing restarts it, so
+        # the keys that need it say this, and the header counts down to no retry
+        self.demo_gone: str | None = None
         # the toast on the screen (one at a time: on_notify), as Textual's Notification
         self._shown_toast: Notification | None = None
         # the last toast raised while the help was open, or on the screen when it opened (for
@@ -317,6 +328,9 @@ class MlcostTop(App):
             return None
         return self.clients[self.viewing]
 
+    def get_default_screen(self) -> Screen:
+        return MainScreen(id="_default")
+
     def compose(self) -> ComposeResult:
         yield HeaderPanel(id="header")
         if self.fleet:
@@ -417,6 +431,9 @@ class MlcostTop(App):
         if not self.query(HeaderPanel):
             return  # a poll that finished while the app closes: no panels to draw on
         self.hosts = message.hosts
+        if self.start_failure is not None and not self.starting and \
+                any(h.error is not None for h in self.hosts):
+            self._demo_exited()  # (only while a poll fails: the live path is not slowed)
         for note in self.event_snapshots.news(self.hosts):
             self.notify(note, title="incident snapshot", timeout=SNAPSHOT_TOAST_S)
         for note in self.resolved_notices.news(self.hosts):
@@ -447,8 +464,32 @@ class MlcostTop(App):
             # status line froze at "● live" and its tick: the header goes on (one line's work)
             if self.screen_stack[0].is_current:
                 self.show_header(self.retry_s())
+            # drawn when the main screen is shown again (main_screen_resumed): a paused replay
+            # stepped behind a details screen has no next poll, and its panels kept the old
+            # tick's figures under the new tick's header (probe 148 M2)
+            self._render_skipped = True
             return
         self.render_hosts()
+
+    def main_screen_resumed(self) -> None:
+        """The main screen is shown again (a screen over it closed): the snapshot whose render
+        was skipped meanwhile, drawn now (nothing when none was)."""
+        if self._render_skipped and not self.paused and not self.covered and self.hosts:
+            self.render_hosts()
+
+    def _demo_exited(self) -> None:
+        """--demo, a poll failed: if the demo's daemon exited, say so in place of the client's
+        "start it with `sudo mlcostd run` ... or try `mlcost-top --demo`" and its raw
+        exception (inside the demo). Polling goes on (its redraws keep the header's "as of,
+        N s ago" current: stopped, it froze at "2s ago"); no countdown is shown (retry_s):
+        nothing restarts this daemon."""
+        assert self.start_failure is not None
+        gone = self.demo_gone or self.start_failure()
+        if gone is None:
+            return  # a resize's reboot, or not known yet
+        self.demo_gone = gone
+        self.hosts = tuple(dataclasses.replace(h, error=gone) if h.error is not None else h
+                           for h in self.hosts)
 
     @property
     def covered(self) -> bool:
@@ -477,6 +518,7 @@ class MlcostTop(App):
     def render_hosts(self) -> None:
         """Apply the latest snapshot to every panel in one batch."""
         started = time.perf_counter()
+        self._render_skipped = False
         with self.batch_update():
             self.show_header(self.retry_s())
             if self.viewing is None:
@@ -493,7 +535,10 @@ class MlcostTop(App):
         self.render_seconds = time.perf_counter() - started
 
     def retry_s(self) -> float | None:
-        """Seconds to the next try while a daemon does not answer (None while all do)."""
+        """Seconds to the next try while a daemon does not answer (None while all do, and
+        once the demo's daemon exited: no retry brings it back)."""
+        if self.demo_gone is not None:
+            return None
         if self.next_poll_at is not None and any(self.live.failures):
             return max(self.next_poll_at - time.monotonic(), 0.0)
         return None
@@ -509,8 +554,11 @@ class MlcostTop(App):
             alerting = tuple(h.now.hostname or h.target for h in daemons
                              if h.now is not None and (h.error is None or not answered)
                              and h.now.idle_alerts)
-            header.show(fleet_totals(self.hosts), self.paused, retry, fleet=len(daemons),
-                        alert_hosts=alerting)
+            totals, kept = fleet_header(self.hosts)
+            header.show(totals, self.paused, retry, fleet=len(daemons), alert_hosts=alerting,
+                        kept_spend=(len(kept), min((h.answered_at for h in kept
+                                                    if h.answered_at is not None),
+                                                   default=None)) if kept else None)
             return
         snap = self.shown_host
         if self.starting and (snap is None or snap.now is None or snap.now.ts is None):
@@ -617,6 +665,8 @@ class MlcostTop(App):
 
     def cannot_here(self, action: str) -> str | None:
         """Why `action` cannot run in this mode (None: it can)."""
+        if self.demo_gone is not None and action in self.NEEDS_DAEMON:
+            return f"{self.demo_gone} (q quits)"
         if self.replay is not None and action in self.NEEDS_DAEMON:
             return ("a replay shows what was recorded; applying, snoozing, stopping, the "
                     "history and snapshots need the live daemon: run mlcost-top on the host")

@@ -238,11 +238,36 @@ class EmbeddedDaemon:
         return False
 
     def failure(self) -> str | None:
-        """Why the daemon exited, if it did (not a reboot's stop)."""
+        """Why the daemon exited, if it did (not a reboot's stop), and how to have one again:
+        nothing restarts it. Then its log's last line, less what points into the demo's folder
+        (its "everything recorded is in .../demo.db" pointed at a file the demo deletes as it
+        exits; the snapshots outlive it, exit_note)."""
         if self._rebooting or self.process is None or self.process.poll() is None:
             return None
-        tail = self.log.read_text(errors="replace").strip().splitlines()[-3:]
-        return f"the demo mlcostd exited ({self.process.returncode}): " + " / ".join(tail)
+        code = self.process.returncode
+        try:
+            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        except ValueError:
+            how = f"exit code {code}"
+        try:
+            lines = self.log.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            lines = []
+        said = self._outside_folder(lines[-1]) if lines else ""
+        return (f"the demo's mlcostd exited ({how}): run `mlcost-top --demo` again for a new "
+                "one" + (f"; its log's last line: {said}" if said else ""))
+
+    def _outside_folder(self, line: str) -> str:
+        """A log line without its time and level, and without its clauses that send the reader
+        into the demo's folder (the folder itself named as such elsewhere)."""
+        parts = line.split(" ", 3)  # "01:23:56 mlcostd ERROR stopped after ..."
+        if len(parts) == 4 and parts[1] == "mlcostd":
+            line = parts[3]
+        folder = str(self.folder)
+        kept = [clause.replace(folder, "<the demo's temporary folder>")
+                for clause in line.split("; ")
+                if not (folder in clause and "everything recorded is in" in clause)]
+        return "; ".join(kept)[:300]
 
     def stop(self, wait: bool = True) -> None:
         """SIGTERM the daemon (it stops its workloads) and the simulated EC2. wait: until they

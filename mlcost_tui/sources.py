@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from daemon.clock import local_time
+from daemon.clock import local_time, utc_day
 from daemon.wire import Now, Phases, one_line
 from mlcost_tui import format as fmt
 from mlcost_tui.messages import HostSnapshot
@@ -248,10 +248,22 @@ def one_per_daemon(hosts: Sequence[HostSnapshot]) -> tuple[HostSnapshot, ...]:
 
 def fleet_totals(hosts: tuple[HostSnapshot, ...]) -> HostSnapshot | None:
     """The fleet header: totals over the daemons that answered, as one synthetic snapshot
-    (each daemon once, however many targets reach it)."""
+    (each daemon once, however many targets reach it); today's spend counts the last known
+    spend of those that did not (fleet_header)."""
+    return fleet_header(hosts)[0]
+
+
+def fleet_header(hosts: tuple[HostSnapshot, ...]
+                 ) -> tuple[HostSnapshot | None, tuple[HostSnapshot, ...]]:
+    """The fleet's totals (fleet_totals), and the daemons that did not answer this poll whose
+    last known spend today is in its `spend_today`: money spent does not un-spend when a host
+    stops answering (the total went down while its row still showed the host's last figures,
+    probe 148 M4). The burn and the waste are rates now: over the daemons that answered only
+    (a host that does not answer may be gone, or billing on; its row says its last rate, dimmed,
+    "as of"). A last answer of an earlier UTC day is not today's spend."""
     hosts = one_per_daemon(hosts)
     if not hosts:
-        return None
+        return None, ()
     live = [h for h in hosts if h.now is not None and h.error is None]
     if not live:  # none answers: the fleet as last seen, "as of" its newest answer (it read
         # as the first host's own header, under that host's name, over the fleet's table)
@@ -260,27 +272,33 @@ def fleet_totals(hosts: tuple[HostSnapshot, ...]) -> HostSnapshot | None:
         stalled = all(h.stalled for h in hosts)
         if not seen:
             return HostSnapshot(name, None, "no daemon answers", 0.0, hosts[0].received_at,
-                                stalled=stalled)
+                                stalled=stalled), ()
         totals = fleet_totals(tuple(dataclasses.replace(h, error=None) for h in seen))
         assert totals is not None and totals.now is not None
         return dataclasses.replace(
             totals, now=dataclasses.replace(totals.now, hostname=name), error="no daemon answers",
             stalled=stalled, answered_at=max((h.answered_at for h in seen
-                                              if h.answered_at is not None), default=None))
+                                              if h.answered_at is not None), default=None)), ()
 
     def total(values: Iterable[float | None]) -> float | None:
         known = [v for v in values if v is not None]
         return sum(known) if known else None
 
     nows = [h.now for h in live if h.now is not None]
-    fleet = Now(ts=max((n.ts or 0.0) for n in nows), tick=0,
+    newest = max((n.ts or 0.0) for n in nows)
+    today = utc_day(newest)
+    kept = tuple(h for h in hosts if h.stale and h.now is not None
+                 and h.now.spend_today is not None and h.now.ts is not None
+                 and utc_day(h.now.ts) == today)
+    fleet = Now(ts=newest, tick=0,
                 hostname=f"fleet of {len(hosts)} ({len(live)} answering)", instance={},
                 simulated=None, nvml_status="ok", gpus=tuple(g for n in nows for g in n.gpus),
                 processes=tuple(p for n in nows for p in n.processes),
                 burn_per_hour=total(n.burn_per_hour for n in nows),
                 wasted_per_hour=total(n.wasted_per_hour for n in nows),
-                spend_today=total(n.spend_today for n in nows),
+                spend_today=total([*(n.spend_today for n in nows),
+                                   *(h.now.spend_today for h in kept if h.now is not None)]),
                 events=tuple(e for n in nows for e in n.events),
                 recommendations=tuple(r for n in nows for r in n.recommendations))
     slowest = max(h.latency_s for h in live)
-    return HostSnapshot("fleet", fleet, None, slowest, live[0].received_at)
+    return HostSnapshot("fleet", fleet, None, slowest, live[0].received_at), kept

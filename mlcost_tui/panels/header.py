@@ -102,17 +102,20 @@ class HeaderPanel(Static):
     # What the header was last shown for (show's arguments), to lay it out again on a resize;
     # None while it shows a plain text (starting, a replay being opened).
     shown_for: tuple[HostSnapshot | None, bool, float | None, str | None, int | None,
-                     tuple[str, ...]] | None = None
+                     tuple[str, ...], tuple[int, float | None] | None] | None = None
 
     def show(self, snap: HostSnapshot | None, paused: bool = False,
              retry_s: float | None = None, replay: str | None = None,
-             fleet: int | None = None, alert_hosts: tuple[str, ...] = ()) -> None:
+             fleet: int | None = None, alert_hosts: tuple[str, ...] = (),
+             kept_spend: tuple[int, float | None] | None = None) -> None:
         """The header for `snap`; `replay` (the replay's position and keys) replaces the
         connection state when replaying a recorded store; `fleet` (the number of daemons)
         says `snap` is the fleet's totals, which have no tick of their own (nor one price),
-        and `alert_hosts` names the fleet's hosts with idle alerts."""
-        self._show(snap, paused, retry_s, replay, fleet, alert_hosts)
-        self.shown_for = (snap, paused, retry_s, replay, fleet, alert_hosts)
+        `alert_hosts` names the fleet's hosts with idle alerts, and `kept_spend` (how many
+        hosts, as of when the oldest answered) says today's spend counts the last known spend
+        of hosts that did not answer (sources.fleet_header)."""
+        self._show(snap, paused, retry_s, replay, fleet, alert_hosts, kept_spend)
+        self.shown_for = (snap, paused, retry_s, replay, fleet, alert_hosts, kept_spend)
 
     def on_resize(self) -> None:
         """Laid out again for the new width (shorter under WIDE columns), whether or not a
@@ -121,7 +124,8 @@ class HeaderPanel(Static):
             self.show(*self.shown_for)
 
     def _show(self, snap: HostSnapshot | None, paused: bool, retry_s: float | None,
-              replay: str | None, fleet: int | None, alert_hosts: tuple[str, ...]) -> None:
+              replay: str | None, fleet: int | None, alert_hosts: tuple[str, ...],
+              kept_spend: tuple[int, float | None] | None = None) -> None:
         line1 = Text()
         line2 = Text()
         line3 = Text()
@@ -172,6 +176,10 @@ class HeaderPanel(Static):
                 # from then on only: counted from there, not the day's whole spend
                 since = local_time(now.spend_today_since, date=False, seconds=False)
                 spend.append(f" since {since}", style=MUTED)
+            if kept_spend is not None:  # a fleet: hosts not answering, their last spend in it
+                count, as_of_ts = kept_spend
+                when = f" as of {fmt.clock_time(as_of_ts)[:5]}" if as_of_ts is not None else ""
+                spend.append(f" ({fmt.plural(count, 'host')}{when})", style=WARN)
             daily, monthly = now.host_budget("daily"), now.host_budget("monthly")
             if daily is not None:  # [cost.budgets.host] daily: how much of it is gone
                 spend.append(f" of {fmt.money(daily.limit)} ({daily.share:.0%})",

@@ -39,7 +39,7 @@ from mlcost_tui.plot import Plot, covered, covering, history_chart, summary
 from mlcost_tui.screens.energy_section import energy_section
 from mlcost_tui.screens.hanging import HangingStatic, HangingText
 from mlcost_tui.screens.kind_section import kind_section
-from mlcost_tui.thresholds import MUTED, PHASE_COLOURS
+from mlcost_tui.thresholds import MUTED, PHASE_COLOURS, WARN
 
 if TYPE_CHECKING:
     from daemon.client import Client
@@ -236,6 +236,9 @@ class DetailsScreen(Screen):
         # as far as the snapshots since the screen opened say): set by saw_tick.
         self.last_seen: float | None = None
         self.gone_at: float | None = None
+        # A recommendation's screen: the tick shown (its ts) when it is not in it, None while
+        # it is (saw_tick: it follows the ticks, a replay's steps among them).
+        self.missing_at: float | None = None
         # what the comparison with the previous run is doing, or why there is none
         self.comparison_note = ("comparing with the previous run…" if client is not None
                                 else "run the command on the host")
@@ -335,7 +338,11 @@ class DetailsScreen(Screen):
         """A snapshot of the host arrived (the App hands each one over while this screen is
         open): a process no longer in it has exited (or, in a replay, is not running at that
         tick), and the screen says so instead of showing its last figures as current."""
-        if self.process is None or now.ts is None:
+        if now.ts is None:
+            return
+        if self.recommendation is not None:
+            self._follow_recommendation(now)
+        if self.process is None:
             return
         key = self.process.key
         if any(p.key == key for p in now.processes):
@@ -348,6 +355,21 @@ class DetailsScreen(Screen):
                 self.query_one("#details-heading", Static).update(
                     HangingText(process_heading(self.process, gone, self.last_seen)))
                 self.query_one("#details-body", Static).update(self.render_hanging())
+
+    def _follow_recommendation(self, now: Now) -> None:
+        """This recommendation as the tick `now` has it (its figures move tick to tick: a
+        replay stepped with the screen open showed the tick it was opened at), or, not in it,
+        said so over its last figures."""
+        shown = self.recommendation
+        assert shown is not None
+        current = next((r for r in now.recommendations if r.id == shown.id), None)
+        missing = None if current is not None else now.ts  # (a replay steps both ways)
+        if (current is None or current == shown) and missing == self.missing_at:
+            return  # (the same: nothing to draw)
+        self.recommendation = current if current is not None else shown
+        self.missing_at = missing
+        if self.is_mounted:
+            self.query_one("#details-body", Static).update(self.render_body())
 
     @property
     def exited(self) -> bool:
@@ -477,6 +499,11 @@ class DetailsScreen(Screen):
 
     def _recommendation_text(self, r: Recommendation) -> Text:
         text = Text()
+        if self.missing_at is not None:
+            text.append(f"Not recommended at {fmt.clock_time(self.missing_at)}",
+                        style="bold reverse " + WARN)
+            text.append(" (the tick shown): below, as it was when last recommended\n\n",
+                        style="bold " + WARN)
         text.append(f"{r.rule}", style="bold")
         text.append(f"  about {target_label(r.target).removesuffix(' idle')}  (id {r.id})\n",
                     style=MUTED)
