@@ -21,6 +21,8 @@ from daemon.config.cost_tables import check_budgets, latency_setting, unit_cost_
 from daemon.config.sections import SECTIONS, Config
 from daemon.config.values import (
     check_http_url,
+    format_duration,
+    format_size,
     parse_address,
     parse_duration,
     parse_s3_url,
@@ -131,9 +133,16 @@ def _convert(section: str, f: dataclasses.Field, value: Any, where: str) -> Any:
         allowed = ", ".join(repr(c) for c in choices if c) + (" or empty" if "" in choices else "")
         raise ConfigError(f"{where}: {key} = {_shown(value)}: allowed values are {allowed}")
     if low is not None and not (low <= result <= high):
-        unit = {"duration": " seconds", "size": " bytes"}.get(kind, "")
+        # in the units a value is written in: a size's bounds read "1.04858e+06 and
+        # 1.75922e+13 bytes" (probe 149 L1)
+        if kind == "size":
+            bounds = f"{format_size(low)} and {format_size(high)}"
+        elif kind == "duration" and high >= 1e6:
+            bounds = f"{format_duration(low)} and {format_duration(high)}"
+        else:
+            bounds = f"{low:g} and {high:g}{' seconds' if kind == 'duration' else ''}"
         raise ConfigError(
-            f"{where}: {key} = {value!r}: must be between {low:g} and {high:g}{unit} ({meta['help']})")
+            f"{where}: {key} = {value!r}: must be between {bounds} ({meta['help']})")
     return result
 
 

@@ -122,6 +122,15 @@ def format_duration(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
+def format_size(size: float) -> str:
+    """Bytes -> the largest binary unit it is a whole number of: 1048576 -> '1MiB' (as a
+    [store] size is written), else bytes: 1500 -> '1500B'."""
+    for unit, factor in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= factor and size % factor == 0:
+            return f"{int(size // factor)}{unit}"
+    return f"{size:g}B"
+
+
 def parse_size(value: str | int) -> int:
     """'512MiB', '1GiB', '2GB' or a number of bytes -> bytes (a caller checks its own range).
     ValueError names the value and the forms (never OverflowError)."""

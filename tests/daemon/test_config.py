@@ -279,3 +279,14 @@ def test_an_extra_catalog_that_is_not_a_catalog_is_named(tmp_path):
     bad.write_text("name,price\nx,1\n")
     with pytest.raises(ConfigError, match=re.escape(f"{str(bad)!r} is not a catalog CSV")):
         config.from_dict({"pricing": {"extra_catalogs": [str(bad)]}})
+
+
+@pytest.mark.parametrize("store, says", [
+    ({"max_size": "1KiB"}, "must be between 1MiB and 16TiB ("),
+    ({"max_size": 10}, "must be between 1MiB and 16TiB ("),
+])
+def test_a_size_out_of_range_says_its_bounds_as_sizes_are_written(store, says):
+    """Probe 149 L1: "must be between 1.04858e+06 and 1.75922e+13 bytes"."""
+    with pytest.raises(ConfigError) as refused:
+        config.from_dict({"store": store})
+    assert says in str(refused.value) and "e+" not in str(refused.value), refused.value
