@@ -326,3 +326,16 @@ def test_the_price_caches_folders_are_writable_by_no_one_else_whatever_the_umask
                                         1e9, "a refresh")])
     assert [p.per_hour for p in read_cache(cache)] == [0.99]
     assert mode(tmp_path / "cache") == 0o755 and mode(cache.parent) == 0o755
+
+
+def test_the_simulated_starved_jobs_data_shard_is_0600_whatever_the_umask(tmp_path):
+    """Probe 149 L3: the demo's data shard was 0644 in the simulated host's state dir, whose
+    files README says are 0600 whatever the umask."""
+    from daemon.sim.workloads.data_starved import write_dataset
+
+    old = os.umask(0o022)
+    try:
+        path = write_dataset(tmp_path, 1)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and path.stat().st_size == 1 << 20

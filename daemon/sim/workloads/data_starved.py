@@ -32,7 +32,11 @@ def write_dataset(data_dir: Path, size_mib: int) -> Path:
     """Create the shard file once (varied bytes, so decoding is real work), flushed to disk."""
     path = data_dir / "train-shard-000.bin"
     block = os.urandom(MIB)
-    with open(path, "wb") as f:
+    # 0600, as every file of a simulated host's state dir, whatever the umask (probe 149 L3:
+    # open() left it 0644); never through a link planted at its name
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    with os.fdopen(fd, "wb") as f:
         for i in range(size_mib):
             f.write(i.to_bytes(8, "little") + block[8:])
         f.flush()
