@@ -159,17 +159,23 @@ def render(document: dict[str, Any]) -> str:
                        + "".join(_unit_row(u) for u in units) + "</table>")
     out.append(latency.table((document.get("spend") or {}).get("latency") or []))
     outcomes = review.get("recommendations") or {}
-    out.append("<h2>Recommendations</h2><table><tr><th>state</th><th>savings/month</th>"
-               "<th>recommendation</th><th>detail</th></tr>")
+    rows = []
     for state in ("acted", "snoozed", "ignored", "new"):
         for rec in outcomes.get(state) or []:
             detail = (rec.get("outcome") if state == "acted" else
                       clock.local_time(rec["snoozed_until"]) if state == "snoozed" else "")
-            savings = rec.get("savings_per_month")
-            out.append(f"<tr><td>{_e(state)}</td><td class=n>"
-                       f"{_e(f'${savings:,.0f}' if isinstance(savings, int | float) else '-')}"
-                       f"</td><td>{_e(rec.get('summary') or rec.get('id'))}</td>"
-                       f"<td>{_e(detail)}</td></tr>")
+            rows.append((state, rec, detail))
+    # the detail column (an action's outcome, a snooze's end) only where a row has one: a
+    # review of new recommendations alone had it empty all the way down (probe 149 L5)
+    details = any(detail for _, _, detail in rows)
+    out.append("<h2>Recommendations</h2><table><tr><th>state</th><th>savings/month</th>"
+               "<th>recommendation</th>" + ("<th>detail</th>" if details else "") + "</tr>")
+    for state, rec, detail in rows:
+        savings = rec.get("savings_per_month")
+        out.append(f"<tr><td>{_e(state)}</td><td class=n>"
+                   f"{_e(f'${savings:,.0f}' if isinstance(savings, int | float) else '-')}"
+                   f"</td><td>{_e(rec.get('summary') or rec.get('id'))}</td>"
+                   + (f"<td>{_e(detail)}</td>" if details else "") + "</tr>")
     out.append("</table>")
     out.append(f'<p class="muted">mlcost {_e(__version__)}</p></body></html>')
     return "\n".join(out) + "\n"

@@ -847,3 +847,21 @@ def test_minutes_their_rollups_vouch_for_place_the_same_spend_as_their_ticks(
             reader.close()
         assert sum(vouched) > 100, store  # (the rollups did vouch for minutes)
         vouched.clear()
+
+
+def test_the_pages_detail_column_shows_only_where_a_recommendation_has_one():
+    """An action's outcome or a snooze's end goes in the detail column; a review of new
+    recommendations alone had the column empty all the way down (probe 149 L5)."""
+    from daemon.report_html.review import render
+
+    new = {"id": "r-new", "summary": "pid 7 holds GPU 3 idle", "savings_per_month": 2990.0}
+    page = render({"host": {"hostname": "vm"}, "review": {"recommendations": {"new": [new]}}})
+    assert "<th>detail</th>" not in page and "pid 7 holds GPU 3 idle" in page
+    assert page.count("<td") == page.count("</td>") == 3 and "<td></td>" not in page
+    acted = {"id": "r-acted", "summary": "stop pid 8", "outcome": "done",
+             "savings_per_month": 900.0}
+    page = render({"host": {"hostname": "vm"},
+                   "review": {"recommendations": {"acted": [acted], "new": [new]}}})
+    assert "<th>detail</th>" in page and "<td>done</td>" in page
+    assert page.count("<tr>") == 3  # the heading and the two rows, each with its four cells
+    assert page.count("<td") == 8
