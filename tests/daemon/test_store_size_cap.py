@@ -80,7 +80,10 @@ def test_under_a_tiny_cap_today_s_hour_spend_survives_and_a_restart_reads_it(
         drain(store)
         assert store.health.problem is None
         reader = Store.reader(path)
-        try:  # (to the day's end: the hour the last tick is in counts whole)
+        # (to the day's end: each hour counts whole. A range that cuts the hour of the last
+        # tick places it by that hour's raw ticks, by the clock where the cap removed some:
+        # queries.spend_by_day, read side, not the cap's)
+        try:
             found = recorded_ledger(reader, clock.utc_month_start(last),
                                     last - last % 86400 + 86400, None)
         finally:
