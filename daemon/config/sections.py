@@ -45,7 +45,9 @@ class StoreConfig:
     hour_retention: float = field(default=400 * 86400.0, metadata=_meta(
         "keep 1 h rollups this long", "duration", 86400, 20 * 365 * 86400))
     max_size: int = field(default=1 << 30, metadata=_meta(
-        "largest the database may grow (oldest raw data goes first)", "size", 1 << 20, 1 << 44))
+        "largest the database file may grow (its WAL not counted); over it the oldest data goes, "
+        "raw samples first and the hour spend last, never this month's or the last 60 days'",
+        "size", 1 << 20, 1 << 44))
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ own.
 Raw samples become 1-minute rollups, 1-minute rollups become 1-hour rollups; each keeps count,
 sum, min and max so it re-aggregates exactly. Raw rows are deleted only once their minute is
 rolled up, minute rows only once their hour is; recommendation texts go with the raw rows
-(each keeps the one in force at the oldest tick kept). Deletes run in bounded batches so the
+(each keeps the one in force at the oldest tick kept). Over [store].max_size the oldest data
+goes, least needed first, and the hour spend (the money record) last and never this month's or
+the last 60 days' (`Maintenance._retain_by_size`). Deletes run in bounded batches so the
 tick is never blocked for long; by age they run once a minute, raw rows a whole minute of them
 at a time (kept up to a minute past the raw retention). Each round first checks that the path
 still names the database file the Store holds open (`Store._check_file`: a deleted or replaced
@@ -17,6 +19,7 @@ file is recreated from it).
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 import time
@@ -28,7 +31,7 @@ import sqlite_utils
 from daemon import clock
 from daemon.store import rollup_rows
 from daemon.store.errors import is_corruption
-from daemon.store.schema import HOUR, MINUTE
+from daemon.store.schema import HOUR, KIND_SPEND, MINUTE
 from daemon.store.wide_insert import WideInsert
 
 if TYPE_CHECKING:
@@ -39,6 +42,8 @@ if TYPE_CHECKING:
     from daemon.store.health import StoreHealth
     from daemon.store.minute_tally import ProcessMinutes
 
+log = logging.getLogger(__name__)
+
 _RAW_BATCH_TICKS = 30  # ticks deleted per retention batch (x GPUs x processes rows)
 # Raw rows past their age go a whole minute at a time, so once a minute: one tick's a tick
 # (what a store past its raw retention did) cost every tick a transaction, the texts' and
@@ -48,6 +53,11 @@ _RAW_STEP_MS = MINUTE * 1000
 _MINUTE_BATCH_MS = 10 * MINUTE * 1000
 _HOUR_BATCH_MS = 24 * HOUR * 1000
 _VACUUM_PAGES = 2048
+_STACK_BATCH_ROWS = 2000  # stack samples deleted per size batch
+_EVENT_BATCH_ROWS = 500  # events deleted per size batch
+# The hour spend this far back (and this UTC month) is kept whatever [store].max_size says:
+# the monthly review (report --since 30d) against the 30 days before it.
+_SPEND_KEPT_S = 60 * 86400
 MAINTAIN_FAILURES_SAID = 3  # rounds in a row that fail before health's `problem` says so
 _CHECKPOINT_EVERY_S = 10.0
 _CHECKPOINT_EVERY_TICKS = 30  # or sooner when ticks come fast (backfill, tests)
@@ -56,6 +66,11 @@ _LAST_SEEN_EVERY_S = 60.0
 
 class Maintenance:
     """Rollups, retention and checkpoints of the Store that inherits this."""
+
+    # Retention by size found nothing more to remove at these (minute_done, hour_done): it
+    # tries again once more is rolled up. None: under the cap, or not tried yet.
+    _size_stuck_at: tuple[int, int] | None = None
+    _stacks_pruned_for = 0  # the cut the unused stacks were last deleted below
 
     if TYPE_CHECKING:  # the Store's state this mixin works on (set in Store.__init__)
         path: str
@@ -175,7 +190,7 @@ class Maintenance:
         after the disk had room again)."""
         health = self._health
         if health.last_error is None or self._buffer or self._pending_facts \
-                or self._problem_kind is not None or self._damage_noted is not None:
+                or self._problem_kind not in (None, "size") or self._damage_noted is not None:
             return
         health.resolved_error, health.resolved_at = health.last_error, clock.now()
         health.last_error = None
@@ -339,26 +354,39 @@ class Maintenance:
         return True
 
     def _retain_by_size(self, deadline: float) -> bool:
+        """Keep the database file under `max_bytes` ([store].max_size; its WAL is not counted:
+        it holds the last seconds of writes, checkpointed every few seconds, not data kept).
+        What goes, oldest first within each, in this order (`_delete_for_size`): raw samples
+        rolled up, stack samples, minute rollups rolled up into hours, events that ended, hour
+        rollups of GPUs and processes, and last the hour spend (the money record that the
+        report, the review, today's spend and the budgets rest on) from before
+        `_spend_kept_from` only. A store that holds nothing more it may remove and is still
+        over the cap says so: /v1/health's problems and one log line (probe 149 H3: the cap
+        deleted the hour spend up to the newest tick, every round, silently)."""
         conn = self._conn
         page_size = conn.execute("PRAGMA page_size").fetchone()[0]
         first = True
         while True:
             pages = conn.execute("PRAGMA page_count").fetchone()[0]
             if pages * page_size <= self.max_bytes:
+                self._size_met()
+                return False
+            if self._size_stuck_at == (self._minute_done, self._hour_done):
+                # nothing rolled up since it was found stuck: nothing new it may remove
+                self._size_unmet(pages * page_size)
                 return False
             if not first and time.perf_counter() >= deadline:
                 return True  # (after one batch at least: each call moves)
             first = False
             free = conn.execute("PRAGMA freelist_count").fetchone()[0]
             # Hysteresis: delete down to 90 % so that we do not prune on every tick.
-            if (pages - free) * page_size > self.max_bytes * 0.9 and (
-                self._delete_raw_batch(self._minute_done)
-                or self._delete_rollup_batch(MINUTE, self._hour_done, _MINUTE_BATCH_MS)
-                or self._delete_rollup_batch(HOUR, self._newest_ts, _HOUR_BATCH_MS)
-            ):
+            if (pages - free) * page_size > self.max_bytes * 0.9 and self._delete_for_size():
                 continue
             if not free:
-                return False  # over the limit, but nothing may be deleted yet (not rolled up)
+                # over the limit, and nothing it may delete now (not rolled up, or kept)
+                self._size_stuck_at = (self._minute_done, self._hour_done)
+                self._size_unmet(pages * page_size)
+                return False
             conn.execute(f"PRAGMA incremental_vacuum({_VACUUM_PAGES})").fetchall()
             pages = conn.execute("PRAGMA page_count").fetchone()[0]
             free = conn.execute("PRAGMA freelist_count").fetchone()[0]
@@ -366,6 +394,113 @@ class Maintenance:
                 # In WAL mode the file shrinks when the checkpoint copies the truncation.
                 conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
                 self._last_checkpoint = time.monotonic()
+
+    def _delete_for_size(self) -> bool:
+        """One batch of the oldest data the size cap may remove, least needed first; True if
+        any went."""
+        return (self._delete_raw_batch(self._minute_done)
+                or self._delete_stack_batch(self._minute_done)
+                or self._delete_rollup_batch(MINUTE, self._hour_done, _MINUTE_BATCH_MS)
+                or self._delete_events_batch(self._minute_done)
+                or self._delete_hour_rollups_batch(self._hour_done, spend=False)
+                or self._delete_hour_rollups_batch(self._spend_kept_from(), spend=True))
+
+    def _spend_kept_from(self) -> int:
+        """The hour spend from here (ms) on is never removed by the size cap: this UTC month
+        (the monthly budgets, and today's spend after a restart) and the last 60 days (the
+        monthly review, `report --since 30d`, against the 30 days before it)."""
+        newest_s = self._newest_ts / 1000
+        start = min(clock.utc_month_start(newest_s), newest_s - _SPEND_KEPT_S)
+        return int(start - start % HOUR) * 1000
+
+    def _delete_stack_batch(self, cut: int) -> bool:
+        """Delete the oldest stack samples below `cut` (at most a batch), then the stacks no
+        sample names once none is left below it; True if any."""
+        conn = self._conn
+        row = conn.execute("SELECT ts FROM stack_samples WHERE ts < ? ORDER BY ts LIMIT 1 "
+                           "OFFSET ?", (cut, _STACK_BATCH_ROWS)).fetchone()
+        if row is None and conn.execute("SELECT 1 FROM stack_samples WHERE ts < ? LIMIT 1",
+                                        (cut,)).fetchone() is None:
+            if self._stacks_pruned_for == cut:
+                return False
+            self._stacks_pruned_for = cut  # (one scan of the samples per rolled-up minute)
+            with self._db.atomic():
+                deleted = conn.execute("DELETE FROM stacks WHERE hash NOT IN "
+                                       "(SELECT hash FROM stack_samples)").rowcount
+            self._health.rows_pruned += deleted
+            return deleted > 0
+        bound = row[0] if row else cut
+        with self._db.atomic():
+            deleted = conn.execute("DELETE FROM stack_samples WHERE ts < ?", (bound,)).rowcount
+        self._health.rows_pruned += deleted
+        return True
+
+    def _delete_events_batch(self, cut: int) -> bool:
+        """Delete the oldest events that ended before `cut` (at most a batch); True if any.
+        One still open (a budget crossing stands for its period, an idle GPU) stays."""
+        with self._db.atomic():
+            deleted = self._conn.execute(
+                "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE ended_at IS NOT "
+                "NULL AND ended_at < ? ORDER BY started_at LIMIT ?)",
+                (cut, _EVENT_BATCH_ROWS)).rowcount
+        self._health.rows_pruned += deleted
+        return deleted > 0
+
+    def _delete_hour_rollups_batch(self, cut: int, *, spend: bool) -> bool:
+        """Delete the oldest day of hour rollups below `cut`: the hour spend (schema.KIND_SPEND)
+        with `spend`, the GPUs' and processes' without; True if any."""
+        conn = self._conn
+        which = "kind = ?" if spend else "kind != ?"
+        oldest = conn.execute(f"SELECT min(bucket) FROM rollups WHERE res = ? AND {which}",
+                              (HOUR, KIND_SPEND)).fetchone()[0]
+        if oldest is None or oldest >= cut:
+            return False
+        bound = min(cut, oldest + _HOUR_BATCH_MS)
+        with self._db.atomic():
+            deleted = conn.execute(
+                f"DELETE FROM rollups WHERE res = ? AND bucket < ? AND {which}",
+                (HOUR, bound, KIND_SPEND)).rowcount
+        self._health.rows_pruned += deleted
+        return True
+
+    def _size_met(self) -> None:
+        self._size_stuck_at = None
+        if self._problem_kind == "size":
+            log.warning("the store %s is under its [store].max_size again", self.path)
+            self._problem_kind = None
+            self._health.problem = None
+
+    def _size_unmet(self, size: int) -> None:
+        """Over the cap with nothing left that it may remove: /v1/health's problem, said in
+        the log once (each start, and again after another problem stood in its place)."""
+        if self._problem_kind is None:
+            self._set_problem("size", self._size_text(size))
+
+    def _size_text(self, size: int) -> str:
+        kept_from = self._spend_kept_from() / 1000
+        spend_rows = self._conn.execute(
+            "SELECT count(*) FROM rollups WHERE res = ? AND bucket >= ? AND kind = ?",
+            (HOUR, int(kept_from * 1000), KIND_SPEND)).fetchone()[0]
+        return (f"the store {self.path} is {_mib(size)} on disk (the database file), over its "
+                f"[store].max_size {_mib(self.max_bytes)}, and holds nothing more the size cap "
+                f"removes: {self._largest_tables()}; the hour spend since "
+                f"{clock.utc_day(kept_from)} ({spend_rows} rows) is kept whatever the size; "
+                "raise [store].max_size and restart mlcostd")
+
+    def _largest_tables(self) -> str:
+        """The three tables (with their indexes) that hold the most of the file, in words."""
+        try:
+            sizes: dict[str, int] = {}
+            owner = {name: table for name, table in self._conn.execute(
+                "SELECT name, tbl_name FROM sqlite_master")}
+            for name, size in self._conn.execute(
+                    "SELECT name, pgsize FROM dbstat WHERE aggregate = TRUE"):
+                table = owner.get(name, name)
+                sizes[table] = sizes.get(table, 0) + size
+        except sqlite3.Error:  # (an SQLite built without dbstat)
+            return "its tables could not be measured (no dbstat in this SQLite)"
+        largest = sorted(sizes.items(), key=lambda item: -item[1])[:3]
+        return ", ".join(f"{table} {_mib(size)}" for table, size in largest)
 
     def _checkpoint(self) -> None:
         now = time.monotonic()
@@ -406,3 +541,7 @@ SELECT {HOUR}, :b, kind, key, metric, sum(n), sum(sum), min(min), max(max)
 FROM rollups WHERE res = {MINUTE} AND bucket >= :b AND bucket < :e
 GROUP BY kind, key, metric
 """
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):.2f} MiB"
