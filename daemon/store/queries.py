@@ -581,7 +581,8 @@ def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
         # inside is theirs inside (by their minutes), a process's as the host's.
         kept = sum(ms for _, ms in ticks)
         inside_part = _pruned_inside(pruned, (lo, hi))
-        held_kept = _held_ms(reader, ticks, keys, minutes, through_ms) if keys else {}
+        held_kept = _held_ms(reader, [(ts, float(ms)) for ts, ms in ticks], keys, minutes,
+                             through_ms) if keys else {}
         shares = {0: min(1.0, (sum(ms for _, ms in part)
                                + max(0.0, host_ms - kept) * inside_part) / host_ms)}
         for key, ms in held.items():

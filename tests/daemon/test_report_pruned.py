@@ -118,3 +118,17 @@ def test_a_store_the_size_cap_pruned_counts_what_the_rollups_hold(tmp_path):
             spent = spent_in(first, last, since)
             assert document["spend"]["total"] == pytest.approx(spent, abs=0.01), since
             assert document["review"]["spend"]["total"] == pytest.approx(spent, abs=0.01), since
+
+
+@pytest.mark.parametrize("before", [5, 30, 90])
+def test_a_window_from_just_before_the_first_tick_kept_counts_the_seconds_before_it(pruned,
+                                                                                   before):
+    """A window that starts a few seconds before the first raw tick left: its spend is not
+    only its raw ticks' (what the review says too)."""
+    db, first, last = pruned
+    with Store.reader(db) as reader:
+        kept = reader.query("SELECT min(ts) AS ts FROM ticks")[0]["ts"] / 1000
+        document = report.build(reader, last - kept + before, until=last)
+    spent = spent_in(first, last, last - kept + before)
+    assert document["spend"]["total"] == pytest.approx(spent, abs=0.005)
+    assert document["review"]["spend"]["total"] == pytest.approx(spent, abs=0.005)
