@@ -580,7 +580,9 @@ def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
         # What the row charged beyond its raw ticks left is the pruned ticks': the part of it
         # inside is theirs inside (by their minutes), a process's as the host's.
         kept = sum(ms for _, ms in ticks)
-        inside_part = _pruned_inside(pruned, (lo, hi))
+        inside_part = _pruned_inside(pruned, (lo, hi), hour, max(0.0, host_ms - kept),
+                                     kept / len(ticks) if len(ticks) >= 10
+                                     else _interval_ms(reader))
         held_kept = _held_ms(reader, [(ts, float(ms)) for ts, ms in ticks], keys, minutes,
                              through_ms) if keys else {}
         shares = {0: min(1.0, (sum(ms for _, ms in part)
@@ -638,18 +640,34 @@ def _pruned_minutes(reader: StoreReader, hour: int,
     return out
 
 
-def _pruned_inside(pruned: dict[int, tuple[int, int]], inside: tuple[int, int]) -> float:
-    """The part of the removed ticks (`_pruned_minutes`) in `inside` (ms), each minute's spread
-    over the part of it they were in."""
+def _pruned_inside(pruned: dict[int, tuple[int, int]], inside: tuple[int, int], hour: int,
+                   pruned_ms: float, tick_ms: float) -> float:
+    """The part of what the removed ticks charged (`pruned_ms`; `_pruned_minutes`) in `inside`
+    (ms): each minute's ticks (`tick_ms` each) spread over the part of it they were in, and
+    what they do not hold, charged before the first minute rollup left (minute retention
+    removed those), over the hour up to it by the clock (all of the hour's row in a `--since
+    1h` whose minutes before it were gone)."""
     lo, hi = inside
     total = sum(n for n, _ in pruned.values())
-    if total <= 0:
+    if total <= 0 or pruned_ms <= 0:
         return 0.0
+    first = min(pruned)
+    before = max(0.0, pruned_ms - total * tick_ms) if first > hour else 0.0
     placed = 0.0
     for bucket, (n, end) in pruned.items():
         if end > bucket:
             placed += n * max(0, min(hi, end) - max(lo, bucket)) / (end - bucket)
-    return placed / total
+    in_minutes = (pruned_ms - before) * placed / total
+    earlier = before * max(0, min(hi, first) - max(lo, hour)) / (first - hour) if before else 0.0
+    return (in_minutes + earlier) / pruned_ms
+
+
+def _interval_ms(reader: StoreReader) -> float:
+    """The interval between ticks the store's daemon ran with (ms; 1 s where it says none)."""
+    host = reader.meta("host")
+    value = host.get("interval_s") if isinstance(host, dict) else None
+    return float(value) * 1000 if isinstance(value, int | float) and not isinstance(
+        value, bool) and math.isfinite(value) and value > 0 else 1000.0
 
 
 def _wasted_parts(reader: StoreReader, first: int, last: int,

@@ -132,3 +132,30 @@ def test_a_window_from_just_before_the_first_tick_kept_counts_the_seconds_before
     spent = spent_in(first, last, last - kept + before)
     assert document["spend"]["total"] == pytest.approx(spent, abs=0.005)
     assert document["review"]["spend"]["total"] == pytest.approx(spent, abs=0.005)
+
+
+def test_what_the_minutes_left_do_not_hold_was_charged_before_them(pruned, tmp_path):
+    """Minute retention removed the run's first 10 minutes' rollups too (its cut moves a
+    batch at a time, mid-hour): the hour's row is placed by the minutes left for what they
+    hold, the rest before them. (All of it in the minutes left, a window from the first of
+    them counted 20 minutes for 10.)"""
+    import shutil
+    import sqlite3
+
+    db, first, last = pruned
+    copy = tmp_path / "mlcost.db"
+    shutil.copy(db, copy)
+    cut = (first - 1 + 600) * 1000  # 10 minutes into the run
+    conn = sqlite3.connect(copy)
+    with conn:
+        conn.execute("DELETE FROM rollups WHERE res = 60 AND bucket < ?", (cut,))
+    conn.close()
+    with Store.reader(copy) as reader:
+        for since in (1500, 1800, 2400, 3600):
+            document = report.build(reader, since, until=last)
+            total = document["spend"]["total"]
+            assert document["review"]["spend"]["total"] == pytest.approx(total, abs=0.005)
+            if since <= 1800:  # from the minutes left: what was spent
+                assert total == pytest.approx(spent_in(first, last, since), abs=0.01), since
+            else:  # (where in the 50 minutes before them is gone: by the clock, never more)
+                assert spent_in(first, last, 1800) < total < spent_in(first, last, since)
