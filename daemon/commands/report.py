@@ -369,8 +369,12 @@ def _raw_covers(reader: StoreReader, start: float, interval: float) -> bool:
     first_raw = reader.query("SELECT min(ts) AS ts FROM ticks")[0]["ts"]
     recorded = queries.recorded_range(reader)
     slack = 3 * interval + 60
+    # (rollups from over a minute before the first raw tick say retention removed ticks; then
+    # a window from more than a tick before it is not its raw ticks alone: 30 s before it, its
+    # spend left those 30 s out, and its review did not)
     return not (first_raw is not None and recorded is not None
-                and first_raw / 1000 > start + slack and recorded[0] < first_raw / 1000 - slack)
+                and first_raw / 1000 > start + interval
+                and recorded[0] < first_raw / 1000 - slack)
 
 
 def _rollup_energy(gpus: list[dict[str, Any]], per_kwh: float, interval: float,

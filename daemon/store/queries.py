@@ -245,10 +245,17 @@ def first_recorded(reader: StoreReader) -> float | None:
     buckets = [(rows[0]["bucket"], res) for res in (MINUTE, HOUR) if (rows := reader.query(
         "SELECT bucket FROM rollups WHERE res = ? AND kind IN (?, ?, ?) ORDER BY bucket "
         "LIMIT 1", (res, KIND_GPU, KIND_PROCESS, KIND_SPEND)))]
-    if buckets:
-        bucket, res = min(buckets)
-        if lo is None or bucket + res * 1000 <= lo:
-            return float(bucket) / 1000
+    # (each kind's first that ends by the first tick: the current hour's spend row begins
+    # before a first tick retention left, and the minutes before it were read as never
+    # recorded, probe 149; the first minute where it is in the first such hour)
+    ended = sorted((bucket, res) for bucket, res in buckets
+                   if type(bucket) is int and (lo is None or bucket + res * 1000 <= lo))
+    if ended:
+        bucket = ended[0][0]
+        minutes = [b for b, res in ended if res == MINUTE]
+        if minutes and minutes[0] < bucket - bucket % (HOUR * 1000) + HOUR * 1000:
+            bucket = minutes[0]
+        return float(bucket) / 1000
     return None if lo is None else float(lo) / 1000
 
 
@@ -533,20 +540,27 @@ def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
     # the second before its first tick with its spend).
     through_ms = None if through is None else round(through * 1000)
     ticks, minutes = _hour_ticks(reader, hour, through_ms)
-    if not ticks and minutes:  # its raw ticks are there, and none of them charged (a run's
-        # first tick only, or none handed over yet): nothing of the row is in any range; the
-        # clock's share put a 3 s slice of it before a stopped store's first tick, CI 1 in 2
+    # The minutes whose raw ticks retention (or the size cap) removed, from their minute
+    # rollups: what of the row those ticks charged is placed by them (probe 149: placed by the
+    # clock over the whole hour, the 7 minutes of a run that started at :10 put 3/60 of its
+    # row in its last 3 minutes, and a report said $1.34 for the $2.92 spent).
+    pruned = _pruned_minutes(reader, hour, minutes)
+    if not ticks and minutes and not pruned:  # its raw ticks are there, and none of them
+        # charged (a run's first tick only, or none handed over yet): nothing of the row is in
+        # any range; the clock's share put a 3 s slice of it before a stopped store's first
+        # tick, CI 1 in 2
         return {0: 0.0, **{r["key"]: 0.0 for r in rows if r["key"]}}
     # (a minute rolled up wholly before the hour's first raw tick, which may be a run's first
     # and charge nothing: a minute that held one in its last second ended before the first
-    # tick that charged, and read as cut by retention, CI 1 in 20)
-    if not ticks or reader.query(
+    # tick that charged, and read as cut by retention, CI 1 in 20; in a snapshot, the minute
+    # before its range)
+    if not pruned and (not ticks or reader.query(
             "SELECT 1 FROM rollups WHERE res = ? AND bucket >= ? AND bucket < ? LIMIT 1",
-            (MINUTE, hour, min(minutes))):
-        return None
+            (MINUTE, hour, min(minutes)))):
+        return None  # neither its raw ticks nor what they were: the clock's share
     charged = {r["key"]: r["n"] for r in rows if r["key"] == 0 or r["metric"] == SPEND_PROCESS}
     host_ms = charged.get(0) or max(charged.values(), default=0)
-    if host_ms <= 0:
+    if host_ms <= 0 or not all(isinstance(ms, int | float) for ms in charged.values()):
         return None
     # Each tick's interval at the price it was charged at, relative to the hour's mean (1 for
     # all where one price held): by milliseconds alone, a window of the 3 minutes at $32.77/h
@@ -562,6 +576,22 @@ def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
     part = [(ts, ms * weight.get(ts, 1.0)) for ts, ms in ticks if lo < ts <= hi]
     keys = [key for key in charged if key]
     held = _held_ms(reader, part, keys, minutes, through_ms)
+    if pruned:
+        # What the row charged beyond its raw ticks left is the pruned ticks': the part of it
+        # inside is theirs inside (by their minutes), a process's as the host's.
+        kept = sum(ms for _, ms in ticks)
+        inside_part = _pruned_inside(pruned, (lo, hi), hour, max(0.0, host_ms - kept),
+                                     kept / len(ticks) if len(ticks) >= 10
+                                     else _interval_ms(reader))
+        held_kept = _held_ms(reader, [(ts, float(ms)) for ts, ms in ticks], keys, minutes,
+                             through_ms) if keys else {}
+        shares = {0: min(1.0, (sum(ms for _, ms in part)
+                               + max(0.0, host_ms - kept) * inside_part) / host_ms)}
+        for key, ms in held.items():
+            row_ms = charged[key]
+            shares[key] = (min(1.0, (ms + max(0.0, row_ms - held_kept.get(key, 0.0))
+                                     * inside_part) / row_ms) if row_ms > 0 else 0.0)
+        return shares  # (its waste as its spend: the pruned ticks' GPUs are not there)
     # Where the price changed in the hour, a process's part is over what its own ticks in the
     # hour cost, read the same way over all of them (only then: a process that ran at one
     # price has its milliseconds' share, and the hour's mean price is not its own).
@@ -583,6 +613,61 @@ def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
             shares[SPEND_WASTED_KEY] = min(1.0, math.fsum(
                 c for ts, c in charges if ts in inside_ts) / whole_charge)
     return shares
+
+
+def _pruned_minutes(reader: StoreReader, hour: int,
+                    kept: Counter[int]) -> dict[int, tuple[int, int]]:
+    """The minutes of the hour starting at `hour` (ms) whose raw ticks were removed, by their
+    minute rollups (a GPU's or process's count there is the ticks it was read at), from the
+    hour's start to its first raw tick left (`kept`: the raw ticks each minute still holds):
+    {minute start: (ticks removed, where they end, ms)}. {} for a snapshot (it holds its
+    range's ticks and the rollups of the minute before: the hour before it is not its own)."""
+    if _has_table(reader, "snapshot"):
+        return {}
+    minute = MINUTE * 1000
+    first = min(kept) if kept else None
+    if first is None:  # (the first raw tick left in the hour, or none)
+        end = hour + HOUR * 1000
+    else:
+        found = reader.rows("SELECT min(ts) FROM ticks WHERE ts >= ?", (hour,))[0][0]
+        end = found if isinstance(found, int) else first + minute
+    out: dict[int, tuple[int, int]] = {}
+    for bucket, n in reader.rows(
+            "SELECT bucket, max(n) FROM rollups WHERE res = ? AND bucket >= ? AND bucket < ? "
+            "AND kind IN (?, ?) GROUP BY bucket", (MINUTE, hour, end, KIND_GPU, KIND_PROCESS)):
+        if type(bucket) is int and type(n) is int and n - kept.get(bucket, 0) > 0:
+            out[bucket] = (n - kept.get(bucket, 0), min(bucket + minute, end))
+    return out
+
+
+def _pruned_inside(pruned: dict[int, tuple[int, int]], inside: tuple[int, int], hour: int,
+                   pruned_ms: float, tick_ms: float) -> float:
+    """The part of what the removed ticks charged (`pruned_ms`; `_pruned_minutes`) in `inside`
+    (ms): each minute's ticks (`tick_ms` each) spread over the part of it they were in, and
+    what they do not hold, charged before the first minute rollup left (minute retention
+    removed those), over the hour up to it by the clock (all of the hour's row in a `--since
+    1h` whose minutes before it were gone)."""
+    lo, hi = inside
+    total = sum(n for n, _ in pruned.values())
+    if total <= 0 or pruned_ms <= 0:
+        return 0.0
+    first = min(pruned)
+    before = max(0.0, pruned_ms - total * tick_ms) if first > hour else 0.0
+    placed = 0.0
+    for bucket, (n, end) in pruned.items():
+        if end > bucket:
+            placed += n * max(0, min(hi, end) - max(lo, bucket)) / (end - bucket)
+    in_minutes = (pruned_ms - before) * placed / total
+    earlier = before * max(0, min(hi, first) - max(lo, hour)) / (first - hour) if before else 0.0
+    return (in_minutes + earlier) / pruned_ms
+
+
+def _interval_ms(reader: StoreReader) -> float:
+    """The interval between ticks the store's daemon ran with (ms; 1 s where it says none)."""
+    host = reader.meta("host")
+    value = host.get("interval_s") if isinstance(host, dict) else None
+    return float(value) * 1000 if isinstance(value, int | float) and not isinstance(
+        value, bool) and math.isfinite(value) and value > 0 else 1000.0
 
 
 def _wasted_parts(reader: StoreReader, first: int, last: int,

@@ -49,9 +49,10 @@ def build_store(db: Path) -> float:
     for hour in range(first, int(end) + 1, 3600):
         recent = hour + 3600 > end - 30 * DAY
         train = 2.0 if recent else 1.0
-        hosts[hour] = [3600.0, train + 1.5, 0.5, 1.0, 0.0]
-        procs[(hour, (TRAIN.pid, TRAIN.start_time))] = [3600.0, train]
-        procs[(hour, (SERVE.pid, SERVE.start_time))] = [3600.0, 1.0]
+        part = min(1.0, (end - hour) / 3600)  # (the last hour: what was charged up to end)
+        hosts[hour] = [3600.0 * part, (train + 1.5) * part, 0.5 * part, 1.0 * part, 0.0]
+        procs[(hour, (TRAIN.pid, TRAIN.start_time))] = [3600.0 * part, train * part]
+        procs[(hour, (SERVE.pid, SERVE.start_time))] = [3600.0 * part, 1.0 * part]
     facts.write_spend(store, hosts, procs)
     store.set_meta("host", {"hostname": "box", "interval_s": 1.0,
                             "price": {"per_hour": 4.0, "gpus": 2, "source": "test"}})
@@ -74,7 +75,7 @@ def build_store(db: Path) -> float:
                                   "action": "sigterm", "dry_run": False, "outcome": "done"}})
     store.close()
     # Raw ticks for its last 3 s only, as raw retention leaves a store: its minute rollups
-    # before them (so the last hour's spend is placed by the clock, not on those 3 ticks).
+    # before them (so the last hour's spend is placed by them, not on those 3 ticks).
     conn = sqlite3.connect(db)
     with conn:
         last_hour = int((end - 2) // 3600 * 3600)
