@@ -245,8 +245,8 @@ class CostLedger:
         # UTC day (_charge's tables, in _charge's order), not a tuple each per tick.
         unrecorded = self.unrecorded_processes
         keys_of = self._charge_keys
-        # Wasted $/h of the GPUs that waste (most ticks of a busy host: none, nothing to add)
-        gpu_wasted = {g.index: g.wasted_per_hour for g in burn.gpus if g.wasted_per_hour}
+        # Wasted dollars this tick of the GPUs that waste (a busy host's: none, nothing to add)
+        gpu_wasted = {g.index: g.wasted_per_hour * hours for g in burn.gpus if g.wasted_per_hour}
         by_process, by_user, by_job = self.by_process, self.by_user, self.by_job
         by_user_day, by_job_day = self.by_user_day, self.by_job_day
         by_user_month, by_job_month = self.by_user_month, self.by_job_month
@@ -264,11 +264,12 @@ class CostLedger:
             if gpu_wasted:  # its shares of the GPUs' waste, as GpuTotals counts it
                 shares = proc.shares
                 if len(shares) == 1:
-                    waste = gpu_wasted.get(shares[0].gpu_index)
+                    share = shares[0]
+                    waste = gpu_wasted.get(share.gpu_index)
                     if waste:
-                        workload[1] += hours * shares[0].share * waste
+                        workload[1] += share.share * waste
                 else:
-                    workload[1] += hours * math.fsum(
+                    workload[1] += math.fsum(
                         s.share * gpu_wasted.get(s.gpu_index, 0.0) for s in shares)
             for owner_job, owner_day, owner_month in owners:
                 by_owner[owner_job] += cost

@@ -605,12 +605,9 @@ class DaemonCollector(Collector):
             wasted_of[process_key(*key)] = math.fsum(
                 s.share * gpu_wasted.get(s.gpu_index, 0.0) for s in proc.shares)
         # The ledger's dollars per workload, charged tick by tick; without a ledger (a
-        # daemon-shaped object), each process's dollars so far at this scrape.
+        # daemon-shaped object), each process's dollars so far at this scrape (no waste).
         workload_spend = getattr(getattr(analyzer, "ledger", None), "workload_spend", None)
         spend = workload_spend() if callable(workload_spend) else None
-        totals = getattr(analyzer, "gpu_totals", None)
-        wasted_so_far = ({process_key(*k): v for k, v in totals.process_wasted().items()}
-                         if totals is not None and spend is None else {})
         rows = []
         rates: dict[WorkloadKey, list[float]] = {}
         for proc in state.processes:
@@ -620,8 +617,7 @@ class DaemonCollector(Collector):
             workload = self.workloads.workload(
                 (proc.job, *[owner.get(key, "") for key in OWNER_KEYS.values()], proc.user),
                 clock)
-            rows.append((proc.key, workload, proc.cost,
-                         float(wasted_so_far.get(proc.key, 0.0)), proc.phases))
+            rows.append((proc.key, workload, proc.cost, 0.0, proc.phases))
             rate = rates.setdefault(workload, [0.0, 0.0])
             rate[0] += proc.burn_per_hour or 0.0
             rate[1] += wasted_of.get(proc.key, 0.0)
