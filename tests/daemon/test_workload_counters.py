@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from daemon import config as config_module
-from daemon.api.metrics import OTHER, Metrics
+from daemon.api.metrics import OTHER, WORKLOAD_LABELS, Metrics, WorkloadTotals
 from daemon.runtime.daemon import Daemon
 from daemon.runtime.price_host import build_analyzer
 from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
@@ -155,3 +155,21 @@ def test_the_workload_counters_sum_to_the_hosts_held_dollars_over_a_churned_run(
         assert sum(dollars.values()) == pytest.approx(sum(by_job.values()), rel=1e-9)
     finally:
         daemon.store.close()
+
+
+def test_a_workload_that_gets_its_own_label_leaves_other_what_it_was_charged_before():
+    def totals_of(totals: WorkloadTotals) -> dict[str, float]:
+        return {w[WORKLOAD_LABELS.index("user")]: t.dollars for w, t in totals.totals().items()}
+
+    totals = WorkloadTotals(limit=1)
+    alice, bob = ("python a.py", "", "", "", "", "alice"), ("python b.py", "", "", "", "", "bob")
+    totals.update([], None, 0.0, spend={alice: (1.0, 0.0), bob: (2.0, 0.0)})
+    assert totals_of(totals) == {"alice": 1.0, OTHER: 2.0}  # one slot: alice's
+    totals.update([], None, 1800.0, spend={alice: (1.0, 0.0), bob: (3.0, 0.0)})
+    assert totals_of(totals) == {"alice": 1.0, OTHER: 3.0}
+    # alice unseen for an hour: her series goes and her slot is freed, after this scrape
+    totals.update([], None, 3700.0, spend={alice: (1.0, 0.0), bob: (4.0, 0.0)})
+    assert totals_of(totals) == {OTHER: 4.0}
+    totals.update([], None, 3800.0, spend={alice: (1.0, 0.0), bob: (6.0, 0.0)})
+    # bob has the slot now: `other` keeps his dollars so far, his own series what came after
+    assert totals_of(totals) == {OTHER: 4.0, "bob": 2.0}
