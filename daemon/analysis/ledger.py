@@ -181,8 +181,8 @@ class CostLedger:
         self.by_owner_day: dict[tuple[str, str], float] = defaultdict(float)
         self.by_owner_month: dict[tuple[str, str], float] = defaultdict(float)
         self.owner_jobs_of: dict[ProcessKey, list[str]] = {}
-        # Per workload (WORKLOAD_OF: job label, pod, namespace, container, slurm_job, user, as
-        # the process had them when charged): [dollars, wasted dollars] since the ledger began,
+        # Per workload ((job label, *WORKLOAD_OWNER_KEYS' owner values, user), as the process
+        # had them when charged): [dollars, wasted dollars] since the ledger began,
         # charged tick by tick, so an exited process's last ticks stay in it. The /metrics
         # workload counters take their dollars from here (daemon.api.metrics), not from a
         # process's cost at a scrape (probe 149 H2: what a process spent after the last scrape,
@@ -261,7 +261,7 @@ class CostLedger:
             (_, _, _, job, user_day, job_day, user_month, job_month, owners, spent_key,
              workload) = keys
             workload[0] += cost
-            if gpu_wasted:  # its shares of the GPUs' waste, as GpuTotals counts it
+            if gpu_wasted:  # the waste it holds: its share of each GPU x that GPU's waste
                 shares = proc.shares
                 if len(shares) == 1:
                     share = shares[0]
