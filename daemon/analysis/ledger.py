@@ -72,6 +72,10 @@ OWNER_JOB_KEYS = ("namespace", "pod", "slurm_job", "slurm_account", "slurm_parti
                   "systemd_unit")
 
 
+# The owner keys of a workload (daemon.api.metrics WORKLOAD_LABELS between job_name and user)
+WORKLOAD_OWNER_KEYS = ("pod", "namespace", "container", "slurm_job")
+
+
 def owner_jobs(owner: Mapping[str, str]) -> list[str]:
     """The "key:value" owner jobs of a process: namespace:ml, pod:ml/trainer-0, slurm_job:42,
     slurm_account:physics, slurm_partition:gpu, systemd_unit:vllm.service."""
@@ -177,6 +181,13 @@ class CostLedger:
         self.by_owner_day: dict[tuple[str, str], float] = defaultdict(float)
         self.by_owner_month: dict[tuple[str, str], float] = defaultdict(float)
         self.owner_jobs_of: dict[ProcessKey, list[str]] = {}
+        # Per workload ((job label, *WORKLOAD_OWNER_KEYS' owner values, user), as the process
+        # had them when charged): [dollars, wasted dollars] since the ledger began,
+        # charged tick by tick, so an exited process's last ticks stay in it. The /metrics
+        # workload counters take their dollars from here (daemon.api.metrics), not from a
+        # process's cost at a scrape (probe 149 H2: what a process spent after the last scrape,
+        # or all of it between two scrapes, was lost).
+        self.by_workload: dict[tuple[str, ...], list[float]] = {}
         self.job_of: dict[ProcessKey, str] = {}
         self.user_of: dict[ProcessKey, str] = {}
         self.storage_items: list[StorageCost] = []
@@ -234,6 +245,8 @@ class CostLedger:
         # UTC day (_charge's tables, in _charge's order), not a tuple each per tick.
         unrecorded = self.unrecorded_processes
         keys_of = self._charge_keys
+        # Wasted dollars this tick of the GPUs that waste (a busy host's: none, nothing to add)
+        gpu_wasted = {g.index: g.wasted_per_hour * hours for g in burn.gpus if g.wasted_per_hour}
         by_process, by_user, by_job = self.by_process, self.by_user, self.by_job
         by_user_day, by_job_day = self.by_user_day, self.by_job_day
         by_user_month, by_job_month = self.by_user_month, self.by_job_month
@@ -245,7 +258,19 @@ class CostLedger:
             keys = keys_of.get(key)
             if keys is None or keys[0] != hour or keys[1] != day or keys[2] != user:
                 keys = self._keys_of(key, hour, day, user, proc.command, proc.owner)
-            _, _, _, job, user_day, job_day, user_month, job_month, owners, spent_key = keys
+            (_, _, _, job, user_day, job_day, user_month, job_month, owners, spent_key,
+             workload) = keys
+            workload[0] += cost
+            if gpu_wasted:  # the waste it holds: its share of each GPU x that GPU's waste
+                shares = proc.shares
+                if len(shares) == 1:
+                    share = shares[0]
+                    waste = gpu_wasted.get(share.gpu_index)
+                    if waste:
+                        workload[1] += share.share * waste
+                else:
+                    workload[1] += math.fsum(
+                        s.share * gpu_wasted.get(s.gpu_index, 0.0) for s in shares)
             for owner_job, owner_day, owner_month in owners:
                 by_owner[owner_job] += cost
                 by_owner_day[owner_day] += cost
@@ -281,9 +306,23 @@ class CostLedger:
         job = self._job(key, user, command, owner)
         owners = tuple((o, (o, day), (o, month)) for o in self.owner_jobs_of[key])
         keys = (hour, day, user, job, (user, day), (job, day), (user, month), (job, month),
-                owners, (hour, key))
+                owners, (hour, key), self._workload(job, owner, user))
         self._charge_keys[key] = keys
         return keys
+
+    def _workload(self, job: str, owner: Mapping[str, str], user: str) -> list[float]:
+        """The [dollars, wasted] of a workload in `by_workload` (made at its first charge)."""
+        workload = (job, *(owner.get(k) or "" for k in WORKLOAD_OWNER_KEYS), user)
+        spent = self.by_workload.get(workload)
+        if spent is None:
+            spent = self.by_workload[workload] = [0.0, 0.0]
+        return spent
+
+    def workload_spend(self) -> dict[tuple[str, ...], tuple[float, float]]:
+        """(dollars, wasted dollars) so far per workload (see `by_workload`)."""
+        with self.lock:
+            return {workload: (spent[0], spent[1])
+                    for workload, spent in self.by_workload.items()}
 
     def _charge(self, key: ProcessKey, cost: float, day: str, user: str, command: str,
                 owner: Mapping[str, str]) -> None:
@@ -302,6 +341,7 @@ class CostLedger:
         self.by_job_day[(job, day)] += cost
         self.by_user_month[(user, month)] += cost
         self.by_job_month[(job, month)] += cost
+        self._workload(job, owner, user)[0] += cost
 
     def add_recorded(self, ts: float, seconds: float, host: Mapping[str, float],
                      processes: Mapping[ProcessKey, tuple[float, str, str, Mapping[str, str]]]

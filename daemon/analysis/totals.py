@@ -12,11 +12,10 @@ reading (unsupported, GPU lost) adds nothing.
 
 from __future__ import annotations
 
-import math
 import threading
 from dataclasses import dataclass
 
-from daemon.analysis.cost import Burn, ProcessKey
+from daemon.analysis.cost import Burn
 from daemon.sources.sample import Sample
 
 
@@ -34,13 +33,12 @@ class GpuTotal:
 
 class GpuTotals:
     """The running totals of every GPU seen, keyed by UUID (the index may be reused by another
-    GPU after a reboot of the driver; the UUID may not), and the wasted dollars of each process:
-    its share of each GPU times that GPU's wasted $/h (the waste it holds)."""
+    GPU after a reboot of the driver; the UUID may not). (The waste a workload's processes hold
+    is charged by the ledger: CostLedger.by_workload.)"""
 
     def __init__(self) -> None:
         self._totals: dict[str, list[float]] = {}  # uuid -> [burn $, wasted $, joules]
         self._names: dict[str, tuple[int, str]] = {}  # uuid -> (index, model name)
-        self._wasted_by_process: dict[ProcessKey, float] = {}
         self.lock = threading.Lock()  # the loop adds, the API's render reads
 
     def add(self, sample: Sample, burn: Burn, seconds: float) -> None:
@@ -62,24 +60,6 @@ class GpuTotals:
                     totals[1] += priced.wasted_per_hour * hours
                 if gpu.power_watts is not None and gpu.power_watts >= 0:
                     totals[2] += gpu.power_watts * seconds
-            wasted = self._wasted_by_process
-            for process, proc in burn.processes.items():
-                shares = proc.shares
-                if len(shares) == 1:  # most processes hold one GPU: no fsum of one term
-                    one = by_index.get(shares[0].gpu_index)
-                    held = shares[0].share * one.wasted_per_hour if one is not None else 0.0
-                else:
-                    held = math.fsum(s.share * by_index[s.gpu_index].wasted_per_hour
-                                     for s in shares if s.gpu_index in by_index)
-                wasted[process] = wasted.get(process, 0.0) + hours * held
-            if len(wasted) > 4 * max(len(burn.processes), 64):  # exited processes: forgotten
-                self._wasted_by_process = {k: v for k, v in wasted.items()
-                                           if k in burn.processes}
-
-    def process_wasted(self) -> dict[ProcessKey, float]:
-        """Wasted dollars per process so far (exited processes are forgotten after a while)."""
-        with self.lock:
-            return dict(self._wasted_by_process)
 
     def snapshot(self) -> list[GpuTotal]:
         with self.lock:

@@ -19,8 +19,11 @@ Conventions (Prometheus naming practice; README "On a fleet"):
 - descriptive host facts go to one info metric, `mlcost_host_info`.
 
 Counters only grow while mlcostd runs (a restart begins them at 0: Prometheus reads a reset). A
-workload's dollars come from the ledger's per-process costs; when a process exits its dollars
-stay in its workload's series (this module keeps them), so the series never goes down.
+workload's dollars come from the ledger's per-workload dollars, charged tick by tick
+(CostLedger.by_workload): a process's last ticks before it exits, and a process that lived
+between two scrapes, are in them; a scrape adds what was charged since the last one to the
+workload's series, which never goes down. (A daemon-shaped object without a ledger: from the
+processes' costs at each scrape.)
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from daemon.api.idle_metrics import idleness_families, verdict_now
 from daemon.api.limits import limited_log
 from daemon.api.metrics_state import MetricsState
 from daemon.api.usage_metrics import usage_cost_families
+from daemon.sources.safe_text import one_line
 from daemon.wire import UNKNOWN as UNKNOWN_PHASE
 from daemon.wire import process_key, target_pid
 
@@ -152,6 +156,8 @@ class WorkloadTotals:
         self.caps = {label: LabelCap(limit) for label in WORKLOAD_LABELS}
         self.seen: dict[str, _Seen] = {}
         self.retired: dict[WorkloadKey, _Retired] = {}
+        # The ledger's (dollars, wasted) per raw workload at the last scrape (`update`'s spend)
+        self.counted: dict[tuple[str, ...], tuple[float, float]] = {}
         # The caps' answers, kept for ANSWERS_KEPT_S (then asked again, which keeps a value
         # seen): (label, raw value) -> value shown; raw values in WORKLOAD_LABELS order ->
         # their workload.
@@ -189,11 +195,19 @@ class WorkloadTotals:
     def update(self, processes: Sequence[tuple[str, WorkloadKey, float, float,
                                                Mapping[str, float]]],
                sample_ts: float | None, now: float,
-               counted_from: Mapping[str, float] | None = None) -> None:
+               counted_from: Mapping[str, float] | None = None,
+               spend: Mapping[tuple[str, ...], tuple[float, float]] | None = None) -> None:
         """`processes`: (key, workload, dollars so far, wasted dollars so far, phase shares) of
         every live process. `counted_from`: by key, when a process's phase time counts from
         at its first scrape (the daemon's start or its own, at most FIRST_SCRAPE_PHASE_S
-        back); without it, from its first scrape."""
+        back); without it, from its first scrape. `spend`: the ledger's (dollars, wasted)
+        so far per raw workload (CostLedger.workload_spend): where given, the workloads'
+        dollars are these (what was charged since the last scrape goes to the workload as
+        the caps show it now), not the processes' dollars."""
+        if spend is not None:
+            self._spend(spend, now)
+            processes = [(key, workload, 0.0, 0.0, shares)
+                         for key, workload, _, _, shares in processes]
         live = set()
         for key, workload, dollars, wasted, shares in processes:
             live.add(key)
@@ -225,6 +239,19 @@ class WorkloadTotals:
         self.retired = {w: r for w, r in self.retired.items() if r.last_seen >= before}
         for cap in self.caps.values():
             cap.forget(before)
+
+    def _spend(self, spend: Mapping[tuple[str, ...], tuple[float, float]], now: float) -> None:
+        counted = self.counted
+        for raw, (dollars, wasted) in spend.items():
+            before = counted.get(raw)
+            if before is not None and before[0] >= dollars and before[1] >= wasted:
+                continue  # nothing charged to it since the last scrape
+            counted[raw] = (dollars, wasted)
+            workload = self.workload(tuple(one_line(value) for value in raw), now)
+            retired = self.retired.setdefault(workload, _Retired())
+            retired.dollars += max(dollars - (before[0] if before else 0.0), 0.0)
+            retired.wasted += max(wasted - (before[1] if before else 0.0), 0.0)
+            retired.last_seen = now
 
     def _retire(self, seen: _Seen, now: float) -> None:
         retired = self.retired.setdefault(seen.workload, _Retired())
@@ -577,9 +604,10 @@ class DaemonCollector(Collector):
         for key, proc in (getattr(latest, "processes", None) or {}).items():
             wasted_of[process_key(*key)] = math.fsum(
                 s.share * gpu_wasted.get(s.gpu_index, 0.0) for s in proc.shares)
-        totals = getattr(analyzer, "gpu_totals", None)
-        wasted_so_far = ({process_key(*k): v for k, v in totals.process_wasted().items()}
-                         if totals is not None else {})
+        # The ledger's dollars per workload, charged tick by tick; without a ledger (a
+        # daemon-shaped object), each process's dollars so far at this scrape (no waste).
+        workload_spend = getattr(getattr(analyzer, "ledger", None), "workload_spend", None)
+        spend = workload_spend() if callable(workload_spend) else None
         rows = []
         rates: dict[WorkloadKey, list[float]] = {}
         for proc in state.processes:
@@ -589,8 +617,7 @@ class DaemonCollector(Collector):
             workload = self.workloads.workload(
                 (proc.job, *[owner.get(key, "") for key in OWNER_KEYS.values()], proc.user),
                 clock)
-            rows.append((proc.key, workload, proc.cost,
-                         float(wasted_so_far.get(proc.key, 0.0)), proc.phases))
+            rows.append((proc.key, workload, proc.cost, 0.0, proc.phases))
             rate = rates.setdefault(workload, [0.0, 0.0])
             rate[0] += proc.burn_per_hour or 0.0
             rate[1] += wasted_of.get(proc.key, 0.0)
@@ -599,7 +626,7 @@ class DaemonCollector(Collector):
             earliest = max(state.started_at, state.ts - FIRST_SCRAPE_PHASE_S)
             counted_from = {proc.key: max(earliest, proc.start_time or 0.0)
                             for proc in state.processes}
-        self.workloads.update(rows, state.ts, clock, counted_from)
+        self.workloads.update(rows, state.ts, clock, counted_from, spend)
         # Only the labels a workload has (an empty label is an absent one to PromQL), and no
         # Hostname (the scrape's instance names the host; mlcost_host_info joins it): the
         # most numerous series stay cheap to render and to store.
