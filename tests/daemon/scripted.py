@@ -30,12 +30,9 @@ def sample(i: int, utilization: tuple[float, float] = (12.0, 80.0), t0: float = 
     return Sample(ts=t0 + i, tick=i, gpus=gpus, processes=(proc,))
 
 
-def recording_daemon(tmp_path: Path, idle_utilization: float, ticks: int = 5,
-                     t0: float = T0) -> Daemon:
-    """A Daemon that has recorded `ticks` scripted samples through its real tick path (its
-    store open: close it with daemon.store.close()), the first at t0 + 1. A test that asks for
-    the last minutes (`since_s`, a phase window) passes t0=time.time() - 30: T0 is fixed at
-    import, which may be long before the test runs."""
+def scripted_daemon(tmp_path: Path, idle_utilization: float = 5.0) -> Daemon:
+    """A Daemon with its store (tmp_path/mlcost.db), host and analyzer at PRICE, its sources
+    not yet scripted: set its `collect`."""
     config = config_module.from_dict({
         "daemon": {"db": str(tmp_path / "mlcost.db")},
         "idle": {"utilization": idle_utilization}}, where="test")
@@ -45,6 +42,16 @@ def recording_daemon(tmp_path: Path, idle_utilization: float, ticks: int = 5,
                    "idle_utilization_pct": idle_utilization}
     daemon.store.set_meta("host", daemon.host)
     daemon.analyzer = build_analyzer(config, PRICE, None)
+    return daemon
+
+
+def recording_daemon(tmp_path: Path, idle_utilization: float, ticks: int = 5,
+                     t0: float = T0) -> Daemon:
+    """A Daemon that has recorded `ticks` scripted samples through its real tick path (its
+    store open: close it with daemon.store.close()), the first at t0 + 1. A test that asks for
+    the last minutes (`since_s`, a phase window) passes t0=time.time() - 30: T0 is fixed at
+    import, which may be long before the test runs."""
+    daemon = scripted_daemon(tmp_path, idle_utilization)
     script = (sample(i, t0=t0) for i in itertools.count(1))  # more ticks: call daemon.tick_now()
     daemon.collect = lambda: next(script)  # type: ignore[method-assign]
     for _ in range(ticks):

@@ -293,6 +293,21 @@ def test_an_older_daemons_document_shows_its_phase():
     assert shown.phase_now == IDLE and shown.current_phase == (IDLE, HIGH_CONFIDENCE)
 
 
+def one_gpu_daemon(mlcostd, tmp_path, name: str, args: list[str]):
+    """A daemon on a simulated one-A100 host running `python ARGS` as workload `name`, its
+    stacks dumped every second once its GPU is quiet for 2 s."""
+    scenario = tmp_path / f"{name}.toml"
+    scenario.write_text(
+        '[instance]\nprovider = "aws"\ntype = "p4d.24xlarge"\nregion = "us-east-1"\n'
+        '[gpu]\nmodel = "NVIDIA A100-SXM4-40GB"\ncount = 1\n'
+        f'[[workloads]]\nname = "{name}"\ngpus = [0]\n'
+        f"command = {json.dumps([sys.executable, *args])}\n")
+    return mlcostd("idle-host", interval=1.0, config={
+        "attribution": {"dump_interval": "1s", "dumps_per_second": 5, "cpu_budget": 0.3,
+                        "min_window": "2s"}},
+        args=["--simulate", str(scenario)])
+
+
 TOGGLE = textwrap.dedent("""
     import os, sys, time
     from daemon.sim.device import Device
@@ -315,16 +330,7 @@ def test_a_live_process_back_at_work_reads_compute_while_its_balance_says_idle(
     go = tmp_path / "go"
     program = tmp_path / "toggle.py"
     program.write_text(TOGGLE)
-    scenario = tmp_path / "toggle.toml"
-    scenario.write_text(
-        '[instance]\nprovider = "aws"\ntype = "p4d.24xlarge"\nregion = "us-east-1"\n'
-        '[gpu]\nmodel = "NVIDIA A100-SXM4-40GB"\ncount = 1\n'
-        f'[[workloads]]\nname = "toggle"\ngpus = [0]\n'
-        f"command = {json.dumps([sys.executable, str(program), str(go)])}\n")
-    daemon = mlcostd("idle-host", interval=1.0, config={
-        "attribution": {"dump_interval": "1s", "dumps_per_second": 5, "cpu_budget": 0.3,
-                        "min_window": "2s"}},
-        args=["--simulate", str(scenario)])
+    daemon = one_gpu_daemon(mlcostd, tmp_path, "toggle", [str(program), str(go)])
     state: dict = {}
 
     def toggle() -> dict | None:
@@ -416,16 +422,7 @@ def test_a_live_server_on_its_busy_gpu_between_requests_reads_compute(mlcostd, t
     replay of the store at that tick too."""
     program = tmp_path / "server.py"
     program.write_text(SERVER)
-    scenario = tmp_path / "server.toml"
-    scenario.write_text(
-        '[instance]\nprovider = "aws"\ntype = "p4d.24xlarge"\nregion = "us-east-1"\n'
-        '[gpu]\nmodel = "NVIDIA A100-SXM4-40GB"\ncount = 1\n'
-        f'[[workloads]]\nname = "server"\ngpus = [0]\n'
-        f"command = {json.dumps([sys.executable, str(program)])}\n")
-    daemon = mlcostd("idle-host", interval=1.0, config={
-        "attribution": {"dump_interval": "1s", "dumps_per_second": 5, "cpu_budget": 0.3,
-                        "min_window": "2s"}},
-        args=["--simulate", str(scenario)])
+    daemon = one_gpu_daemon(mlcostd, tmp_path, "server", [str(program)])
     state: dict = {}
 
     def sampled_idle_in_its_window() -> dict | None:

@@ -14,13 +14,10 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from daemon import config as config_module
 from daemon.api.metrics import OTHER, WORKLOAD_LABELS, Metrics, WorkloadTotals
 from daemon.runtime.daemon import Daemon
-from daemon.runtime.price_host import build_analyzer
 from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
-from daemon.store.writer import Store
-from tests.daemon.scripted import PRICE
+from tests.daemon.scripted import PRICE, scripted_daemon
 
 GPU_PER_S = PRICE.per_hour / PRICE.gpu_count / 3600.0  # one GPU's dollars a second
 
@@ -35,14 +32,7 @@ def job(pid: int, gpu: int, user: str = "alice", command: str = "python train.py
 def daemon_of(tmp_path: Path, ticks: Callable[[int], tuple[ProcessSample, ...]],
               utilization: tuple[float, float] = (80.0, 80.0)) -> Daemon:
     """A Daemon whose tick i (1 s apart) reads two GPUs at `utilization` and `ticks(i)`."""
-    config = config_module.from_dict({"daemon": {"db": str(tmp_path / "mlcost.db")}},
-                                     where="test")
-    daemon = Daemon(config)
-    daemon.store = Store(str(daemon.db))
-    daemon.host = {"hostname": "testhost", "interval_s": 1.0, "price": PRICE.as_dict(),
-                   "idle_utilization_pct": 5.0}
-    daemon.store.set_meta("host", daemon.host)
-    daemon.analyzer = build_analyzer(config, PRICE, None)
+    daemon = scripted_daemon(tmp_path)
     t0 = time.time() - 600
 
     def script() -> Iterator[Sample]:
