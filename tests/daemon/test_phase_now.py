@@ -293,6 +293,17 @@ def test_an_older_daemons_document_shows_its_phase():
     assert shown.phase_now == IDLE and shown.current_phase == (IDLE, HIGH_CONFIDENCE)
 
 
+def replayed_at(daemon, tmp_path, at: float) -> dict[str, dict]:
+    """The processes of a replay of the stopped daemon's store (a copy) at `at`, by key."""
+    assert daemon.stop() == 0, daemon.log_tail()
+    copy = tmp_path / "copy.db"
+    source = sqlite3.connect(daemon.db)
+    source.execute("VACUUM INTO ?", (str(copy),))
+    source.close()
+    with Replay(copy) as replay:
+        return {p["key"]: p for p in replay.state_at(at)["processes"]}
+
+
 def one_gpu_daemon(mlcostd, tmp_path, name: str, args: list[str]):
     """A daemon on a simulated one-A100 host running `python ARGS` as workload `name`, its
     stacks dumped every second once its GPU is quiet for 2 s."""
@@ -393,13 +404,7 @@ def test_a_live_job_writing_a_checkpoint_reads_checkpoint_while_its_balance_says
     assert _column(proc, gpus_idle=True) == CHECKPOINT
     # replay of the store at that tick says the same (its window, the stack sampled last in it)
     at = state["now"]["ts"]
-    assert daemon.stop() == 0, daemon.log_tail()
-    copy = tmp_path / "copy.db"
-    source = sqlite3.connect(daemon.db)
-    source.execute("VACUUM INTO ?", (str(copy),))
-    source.close()
-    with Replay(copy) as replay:
-        replayed = {p["key"]: p for p in replay.state_at(at)["processes"]}
+    replayed = replayed_at(daemon, tmp_path, at)
     assert replayed[proc["key"]]["phase_now"] == CHECKPOINT
 
 
@@ -440,12 +445,6 @@ def test_a_live_server_on_its_busy_gpu_between_requests_reads_compute(mlcostd, t
     assert proc["phase_now"] == COMPUTE, proc["phase_reasons"]
     assert _column(proc) == COMPUTE
     at = state["now"]["ts"]
-    assert daemon.stop() == 0, daemon.log_tail()
-    copy = tmp_path / "copy.db"
-    source = sqlite3.connect(daemon.db)
-    source.execute("VACUUM INTO ?", (str(copy),))
-    source.close()
-    with Replay(copy) as replay:
-        replayed = {p["key"]: p for p in replay.state_at(at)["processes"]}
+    replayed = replayed_at(daemon, tmp_path, at)
     assert replayed[proc["key"]]["phase"] == IDLE
     assert replayed[proc["key"]]["phase_now"] == COMPUTE
