@@ -268,7 +268,7 @@ class Client:
             return DaemonUnavailable(f"mlcostd at {self.target} did not answer within "
                                      f"{timeout_s:g} s", timed_out=True)
         return DaemonUnavailable(f"no mlcostd at {self.target}: {self._hint()} "
-                                 f"({type(exc).__name__}: {exc})")
+                                 f"({_why(exc)})")
 
     async def _request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
                        body: dict[str, Any] | None = None,
@@ -456,3 +456,21 @@ class Client:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+# What an OSError of a connection says, in words (probe 148 L4: "(FileNotFoundError: [Errno 2]
+# No such file or directory)" in mlcost-top's header and toasts)
+_CONNECT_ERRORS = {
+    FileNotFoundError: "no socket there",
+    ConnectionRefusedError: "nothing listens there",
+    PermissionError: "permission denied: the socket is root's and its group's (see Security)",
+}
+
+
+def _why(exc: BaseException) -> str:
+    """Why a connection failed, in words: the errors users meet named plainly, any other as
+    its class and text."""
+    for kind, words in _CONNECT_ERRORS.items():
+        if isinstance(exc, kind):
+            return words
+    return f"{type(exc).__name__}: {exc}"

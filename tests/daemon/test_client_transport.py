@@ -78,7 +78,24 @@ def test_no_daemon_says_how_to_start_one(tmp_path):
 
     message = str(asyncio.run(ask()))
     assert message.startswith(f"no mlcostd at unix:{tmp_path}/none.sock: start it with")
-    assert "FileNotFoundError" in message
+    # why, in words, not Python's exception (probe 148 L4: "FileNotFoundError: [Errno 2]")
+    assert message.endswith("(no socket there)") and "Errno" not in message, message
+
+
+def test_a_socket_nobody_listens_on_is_said_so(tmp_path):
+    """A socket file left by a daemon that was killed: nothing listens there."""
+    path = tmp_path / "stale.sock"
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(path))
+    stale.close()  # bound, never listening: a connection is refused
+
+    async def ask() -> DaemonUnavailable:
+        with pytest.raises(DaemonUnavailable) as raised:
+            await Client(f"unix:{path}").health()
+        return raised.value
+
+    message = str(asyncio.run(ask()))
+    assert message.endswith("(nothing listens there)") and "Errno" not in message, message
 
 
 def test_a_path_that_is_not_a_socket_is_said_to_be_one(tmp_path):
