@@ -339,8 +339,9 @@ class MlcostTop(App):
         yield GpuPanel(id="gpus", classes=hidden)
         yield ProcessPanel(id="processes", classes=hidden)
         yield RecommendationTable(id="recommendations", classes=hidden)
-        yield FilterInput(placeholder="filter processes: text in the command, user or PID "
-                                      "(enter keeps it, escape clears)", id="filter")
+        # whole at 80 columns (probe 148 L5: "…user or PID (enter keeps it, escape" was cut)
+        yield FilterInput(placeholder="filter: command, user, PID or job (enter keeps, "
+                                      "escape clears)", id="filter")
         yield KeyFooter()
 
     def on_mount(self) -> None:

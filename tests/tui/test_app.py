@@ -599,3 +599,21 @@ async def test_the_fleet_table_gives_the_daemon_its_width_and_the_header_says_wh
         assert {"burn", "gpus", "idle", "wasted", "saves"} <= set(fleet.shown_keys)
         assert sum(c.width or 0 for c in fleet.columns_shown) + 2 * len(fleet.columns_shown) \
             <= app.size.width
+
+
+@pytest.mark.asyncio
+async def test_the_filters_prompt_is_whole_at_80_columns():
+    """Probe 148 L5: at 80x24 the prompt read "…text in the command, user or PID (enter keeps
+    it, escape" and stopped there."""
+    from tests.tui.test_new_user_screens import shown
+    from tests.tui.test_sizes import screen_text
+
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(80, 24)) as pilot:
+        await shown(pilot)
+        await pilot.press("slash")
+        await pilot.pause()
+        box = app.query_one("#filter", Input)
+        assert box.has_focus and box.value == ""
+        assert any(str(box.placeholder) in line for line in screen_text(app)), screen_text(app)
+        assert "escape clears" in str(box.placeholder)
