@@ -446,6 +446,18 @@ def classify(
                     f"busy GPU){_cpu_text(signals)}", responsible)
         elif line_call is not None and line_call[0] == SYNC:
             return Classification(SYNC, line_call[1] + _busy_text(signals), responsible)
+        elif (line_call is None and thread is not None and not thread.active
+              and responsible is not None and responsible is frames[0]
+              and signals is not None and signals.gpu_busy is True
+              and signals.main_thread_cpu is not None
+              and signals.main_thread_cpu >= ON_CPU_MIN / 2):
+            # Off a CPU at a line of its own that calls nothing known to wait, which it kept
+            # running at: its main thread ran a quarter or more of the time it did not queue
+            # for a core, where a thread blocked in a sync runs next to none. The GIL or a core
+            # on a loaded host (a CI run of the tokenizer read a sync at `encode`, which the
+            # band made "waits on its own GPU's work"): unknown, as off a CPU below.
+            return Classification(UNKNOWN, OFF_CPU_AT_ITS_LINE + _cpu_text(signals),
+                                  responsible)
         elif _queued_text(signals) and thread is not None and thread.active:
             # The line repeats because the thread is runnable and waits for a core, not for its
             # GPU: the step's GPU work (busy meanwhile) is what runs, a loaded host its delay.

@@ -303,3 +303,23 @@ def test_a_main_thread_off_a_cpu_at_its_own_line_while_its_gpu_works_is_unknown_
     quiet = dataclasses.replace(busy, gpu_busy=False, gpu_utilization=0.0)
     idle = classify(blocked, gpu_busy=False, source_line=lambda frame: None, signals=quiet)
     assert idle.phase == "idle" and idle.reason == "main thread blocked with the GPU idle", idle
+
+
+def test_a_repeating_line_its_main_thread_keeps_running_at_is_no_sync():
+    """A CI run of the tokenizer on a loaded host caught `encode` in consecutive dumps with
+    py-spy calling its main thread idle (the GIL or a core): "the same user line repeats while
+    the host waits" read a sync, which the band made compute, "waits on its own GPU's work".
+    Its main thread ran a third of the time it did not queue for a core: no sync, unknown. A
+    thread that ran next to none there still reads a sync (a host sync in C leaves no frame)."""
+    frames = (Frame("WordPieceTokenizer.encode", TOKENIZER, 61), Frame("<module>", TOKENIZER, 110))
+    blocked = [ThreadStack(1, "MainThread", False, frames)]
+    line = "                ids.append(self.vocab.setdefault(piece, len(self.vocab) % self.vocab_size))"
+    working = HostSignals(seconds=3.0, main_thread_cpu=0.33, process_cpu=0.6, gpu_busy=True,
+                          gpu_utilization=0.57)
+    caught = classify(blocked, gpu_busy=False, source_line=lambda frame: line,
+                      repeated_leaf=True, signals=working)
+    assert caught.phase == "unknown" and "off a CPU" in caught.reason, caught
+    waiting = dataclasses.replace(working, main_thread_cpu=0.02)
+    synced = classify(blocked, gpu_busy=False, source_line=lambda frame: line,
+                      repeated_leaf=True, signals=waiting)
+    assert synced.phase == "sync", synced
