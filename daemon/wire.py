@@ -95,6 +95,13 @@ UNKNOWN = "unknown"
 PHASES = (COMPUTE, DATA_WAIT, HOST_PREPROCESS, CHECKPOINT, OUTPUT, EVAL, SYNC, COMM, IDLE,
           UNKNOWN)
 
+# Process.phase_now in an open low-utilization window: what most of its stack samples of the
+# RECENT_PHASE_S up to its last one say. At one dump every 2 s, 15 samples, so a starved job
+# that computes in one dump in six keeps reading data_wait, and a change that lasts takes about
+# half of it to show. The live daemon (daemon.analysis.live_phases) and replay
+# (daemon.store.queries) read it the same way.
+RECENT_PHASE_S = 30.0
+
 # How sure a phase is (Process.phase_confidence): "high" from Python stacks (or the GPU's own
 # busy time), "low" from /proc alone where py-spy may not read the process.
 HIGH_CONFIDENCE = "high"

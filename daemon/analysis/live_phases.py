@@ -31,19 +31,13 @@ from daemon.analysis.phase_balance import (
 from daemon.analysis.window_ticks import WINDOW_S
 from daemon.sources.frames import Frame
 from daemon.sources.sample import Sample
-from daemon.wire import CHECKPOINT
+from daemon.wire import CHECKPOINT, RECENT_PHASE_S
 
 MAX_SAMPLES_PER_PROCESS = 4096  # a bound beside the window's: the sampler is rate-limited anyway
 FORGET_EVERY_S = 10.0  # facts past the window are dropped this often (memory, not results)
 
 ProcessId = tuple[int, float]  # (pid, start_time)
 KEEP_MARGIN_S = 1e-3  # a kept balance is looked at again this much before it may run out
-
-
-# How far back from its last sample a window's samples say what a process does now
-# (`recent_phase`): at one dump every 2 s, 15 samples, so a starved job that computes in one
-# dump in six keeps reading data_wait, and a change that lasts takes about half of it to show.
-RECENT_PHASE_S = 30.0
 
 
 def recent_phase(samples: Sequence[StackSample], since: float) -> str:

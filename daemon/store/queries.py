@@ -45,7 +45,7 @@ from daemon.store.schema import (
     decode_status,
     unpack_text,
 )
-from daemon.wire import PHASES, parse_process_key
+from daemon.wire import PHASES, RECENT_PHASE_S, parse_process_key
 
 
 def _stored_json(value: object) -> Any:
@@ -89,11 +89,6 @@ def stack_samples(reader: StoreReader, since: float, until: float) -> list[dict[
                  r["reason"], _stored_text(r["reason"])),
              "frames": frames_of.get(r["hash"], ())}
             for r in rows if r["hash"] in frames_of]
-
-
-# daemon.analysis.live_phases.RECENT_PHASE_S (the store does not import analysis): how far back
-# from a window's last stack sample its samples say what the process does now
-RECENT_PHASE_S = 30.0
 
 
 def latest_phase(reader: StoreReader, pid: int, start_time: float, since: float,

@@ -15,7 +15,6 @@ import pytest
 from scripted import recording_daemon
 from simhost import poll
 
-from daemon.analysis import live_phases
 from daemon.analysis.live_phases import LivePhases
 from daemon.api.document import ProcessEntries, now_document
 from daemon.replay import Replay
@@ -212,7 +211,6 @@ def test_replay_reads_a_windows_recent_stacks_as_the_live_daemon(tmp_path):
     """Replay's phase_now in an open window (daemon.store.queries.latest_phase over the store's
     stack samples) is what the live daemon showed (LivePhases.latest_phase) after each sample
     of a starved job's window, and of a job that stops: not the last stack's alone."""
-    assert queries.RECENT_PHASE_S == live_phases.RECENT_PHASE_S
     t0 = time.time() - 200
     daemon = recording_daemon(tmp_path, 5.0, ticks=3, t0=t0)  # process 4242 in the store
     assert daemon.store is not None
