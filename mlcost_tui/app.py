@@ -898,7 +898,8 @@ class MlcostTop(App):
             self.push_screen(DetailsScreen(
                 process=process, client=self.client, related=self.recommendations_for(process),
                 recorded_phases=self.replay.phases if self.replay is not None else None,
-                latency=self.now.latency_of(process) if self.now is not None else ()))
+                latency=self.now.latency_of(process) if self.now is not None else (),
+                tick=self.now.ts if self.now is not None else None))
 
     @on(DataTable.RowSelected)
     def _row_selected(self, event: DataTable.RowSelected) -> None:

@@ -34,7 +34,12 @@ from daemon.wire import (
 from mlcost_tui import format as fmt
 from mlcost_tui.footer import KeyFooter
 from mlcost_tui.panels.header import target_label
-from mlcost_tui.panels.recommendations import ACTION_LABELS, savings_figures, savings_text
+from mlcost_tui.panels.recommendations import (
+    ACTION_LABELS,
+    is_about,
+    savings_figures,
+    savings_text,
+)
 from mlcost_tui.plot import Plot, covered, covering, history_chart, summary
 from mlcost_tui.screens.energy_section import energy_section
 from mlcost_tui.screens.hanging import HangingStatic, HangingText
@@ -221,7 +226,8 @@ class DetailsScreen(Screen):
                  recommendation: Recommendation | None = None,
                  related: tuple[Recommendation, ...] = (), client: Client | None = None,
                  recorded_phases: Callable[[str], Phases | None] | None = None,
-                 latency: tuple[Latency, ...] = ()) -> None:
+                 latency: tuple[Latency, ...] = (), tick: float | None = None) -> None:
+        """`tick`: the time (ts) of the tick whose figures `process` has."""
         super().__init__()
         self.client = client
         self.latency = latency  # [[cost.latency]] of this process or its job, when opened
@@ -239,6 +245,9 @@ class DetailsScreen(Screen):
         # A recommendation's screen: the tick shown (its ts) when it is not in it, None while
         # it is (saw_tick: it follows the ticks, a replay's steps among them).
         self.missing_at: float | None = None
+        self.tick_shown = tick  # the tick (ts) whose figures the screen shows
+        self.phases_loading = False  # a read of the phase balance runs
+        self.phases_stale = False  # a replay stepped while it ran: read again when it ends
         # what the comparison with the previous run is doing, or why there is none
         self.comparison_note = ("comparing with the previous run…" if client is not None
                                 else "run the command on the host")
@@ -290,9 +299,27 @@ class DetailsScreen(Screen):
         if self.is_mounted:
             self.query_one("#details-body", Static).update(self.render_hanging())
 
+    def reload_recorded_phases(self) -> None:
+        """A replay's balance again, at the tick now shown: one read at a time (a read that
+        was overtaken by a step reads again when it ends, once, however many steps came)."""
+        if self.phases_loading:
+            self.phases_stale = True
+        else:
+            self.load_phases()
+
     @work(exclusive=True, group="phases", exit_on_error=False,
           description="load a process's phase balance from mlcostd")
     async def load_phases(self) -> None:
+        self.phases_loading = True
+        try:
+            await self._load_phases()
+        finally:
+            self.phases_loading = False
+        if self.phases_stale:
+            self.phases_stale = False
+            self.load_phases()
+
+    async def _load_phases(self) -> None:
         from daemon.client import ClientError
 
         if self.process is None:
@@ -345,11 +372,25 @@ class DetailsScreen(Screen):
         if self.process is None:
             return
         key = self.process.key
-        if any(p.key == key for p in now.processes):
+        current = next((p for p in now.processes if p.key == key), None)
+        moved = False  # its figures, recommendations or latency at this tick differ
+        if current is not None:
             self.last_seen, gone = now.ts, None
+            # Its figures as this tick has them: "$/h now, $ so far", its GPU memory and SM
+            # share went on showing the tick the screen was opened at (a replay's steps too).
+            related = tuple(r for r in now.recommendations if is_about(r, current))
+            latency = now.latency_of(current)
+            moved = (current != self.process or related != self.related
+                     or latency != self.latency)
+            self.process, self.related, self.latency = current, related, latency
         else:
             gone = self.gone_at if self.gone_at is not None else now.ts
-        if gone != self.gone_at:
+        stepped = (self.client is None and self.tick_shown is not None
+                   and now.ts != self.tick_shown)  # a replay moved
+        self.tick_shown = now.ts
+        if stepped and self.recorded_phases is not None and self.is_mounted:
+            self.reload_recorded_phases()  # the balance at the tick shown now
+        if gone != self.gone_at or moved:
             self.gone_at = gone
             if self.is_mounted:
                 self.query_one("#details-heading", Static).update(
