@@ -132,6 +132,9 @@ class HostSignals:
     d_state: bool = False  # a thread of it was in uninterruptible (disk) sleep
     iowait_growing: bool = False  # its block I/O delay grew (delay accounting)
     gpu_busy: bool | None = None  # its GPUs busy on average (daemon.analysis.busy.gpu_is_busy)
+    # Whether it held a GPU at any of the ticks read (False: none, so no wait of it is a sync
+    # on its GPU's work); None: not known.
+    gpu_held: bool | None = None
     # Its GPUs' mean utilization over the seconds, 0-1: the share of the time a kernel ran.
     # None: not measured.
     gpu_utilization: float | None = None

@@ -438,12 +438,14 @@ def classify(
     if iowait_growing:
         return Classification(DATA_WAIT, "block I/O wait growing (delay accounting)", responsible)
     if (line_call is not None and line_call[0] == SYNC) or repeated_leaf:
-        if signals is not None and signals.gpu_busy is False:
+        if signals is not None and (signals.gpu_busy is False or signals.gpu_held is False):
             cpu = signals.on_cpu
             if cpu is None or cpu < ON_CPU_MIN:
                 return Classification(
-                    IDLE, "waiting with its GPU idle and no I/O: not a sync (a sync waits on a "
-                    f"busy GPU){_cpu_text(signals)}", responsible)
+                    IDLE, ("waiting with its GPU idle" if signals.gpu_held is not False else
+                           "waiting with no GPU of its own")
+                    + f" and no I/O: not a sync (a sync waits on a busy GPU){_cpu_text(signals)}",
+                    responsible)
         elif line_call is not None and line_call[0] == SYNC:
             return Classification(SYNC, line_call[1] + _busy_text(signals), responsible)
         elif (line_call is None and thread is not None and not thread.active

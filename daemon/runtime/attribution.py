@@ -546,6 +546,7 @@ class Attribution:
             gpu_busy=gpu_is_busy(sum(utils) / len(utils), self.idle_utilization_pct)
             if utils else None,
             gpu_utilization=sum(utils) / len(utils) / 100.0 if utils else None,
+            gpu_held=any(seen[1].gpus for seen in own.seen),
             connections_opened=(None if self.connections_opened is None
                                 else self.connections_opened(proc.key)),
             job_peers_only=kind is not None and kind.job_peers_only,
