@@ -23,7 +23,7 @@ from daemon.analysis.compare import (
 )
 from daemon.analysis.compare import same_hardware as sides_on_same_hardware
 from daemon.sources.safe_text import lines, one_line
-from daemon.wire import money
+from daemon.wire import DATA_WAIT, HOST_PREPROCESS, money
 from pricing.http import loads_finite
 from pricing.small_file import SmallFileError, read_small_file
 
@@ -206,24 +206,47 @@ def max_cost_per_1k_steps(limit: float, per_1k: float | None, steps: int,
                 limit)
 
 
-def max_data_wait(limit: float, share: float | None, samples: int | None = None,
+# The phases in which a GPU process's GPU waits for its next input (--max-data-wait): read
+# (data_wait: storage, a pipe, a DataLoader's workers) or prepared by its own loop
+# (host_preprocess: decoding, tokenizing, augmenting in the main thread). A wait that shows
+# no input (a time.sleep, a poll: `idle`, "sleeping or waiting: ... with the GPU idle") is
+# not counted: the phases line shows it, and --min-utilization gates it.
+INPUT_PHASES = (DATA_WAIT, HOST_PREPROCESS)
+
+
+def input_wait(balance: dict[str, float] | None) -> tuple[float, dict[str, float]] | None:
+    """The input-bound share of a phase balance (INPUT_PHASES together) and each phase's
+    share of it, as fractions of the GPU processes' time; None without a balance."""
+    if not balance:
+        return None
+    parts = {phase: float(balance.get(phase) or 0.0) for phase in INPUT_PHASES}
+    return sum(parts.values()), parts
+
+
+def max_data_wait(limit: float, balance: dict[str, float] | None, samples: int | None = None,
                   short_run_s: float | None = None) -> Gate:
-    """The data_wait share of the GPU processes' time against `limit` (%). The share is
-    counted in stack samples (two a second): on fewer than MIN_PHASE_SAMPLES it cannot decide
-    a release (four identical 10 s runs of one script, ~15 samples each, read 26%, 93%, 67%
-    and 86%; over 120 steps, ~60 samples each, 53% to 71%), so the gate fails closed and says
-    how to get enough. On a run shorter than MIN_RUN_S (`short_run_s`, its length) it decides,
-    and says how many samples it rests on."""
+    """The input-bound share of the GPU processes' time (`balance`, their phase balance:
+    data_wait and host_preprocess together, INPUT_PHASES) against `limit` (%): a loop that
+    decodes in its main thread (host_preprocess 78%, data_wait 0%) starves its GPU as much as
+    one that waits on storage, and passed when only data_wait was counted (probe 150 F3). The
+    line says the split. The share is counted in stack samples (two a second): on fewer than
+    MIN_PHASE_SAMPLES it cannot decide a release (four identical 10 s runs of one script, ~15
+    samples each, read 26%, 93%, 67% and 86%; over 120 steps, ~60 samples each, 53% to 71%),
+    so the gate fails closed and says how to get enough. On a run shorter than MIN_RUN_S
+    (`short_run_s`, its length) it decides, and says how many samples it rests on."""
     flag, shown = "--max-data-wait", f"{limit:g}%"
     head = f"gate {flag} {shown}"
-    if share is None:
+    found = input_wait(balance)
+    if found is None:
         return Gate(flag, shown, False,
                     f"{head}: cannot be checked, no phase balance was recorded (no stack "
                     "samples of a GPU process)", None, limit)
+    share, parts = found
     pct = 100 * share
+    split = ", ".join(f"{phase} {100 * part:.0f}%" for phase, part in parts.items())
     if samples is not None and samples < MIN_PHASE_SAMPLES:
         return Gate(flag, shown, False,
-                    f"{head}: cannot be checked, data_wait was {pct:.0f}% on only "
+                    f"{head}: cannot be checked, input wait was {pct:.0f}% ({split}) on only "
                     f"{samples} stack samples (under {MIN_PHASE_SAMPLES}): too few to decide, "
                     "short runs of the same code read tens of points apart; profile a run of "
                     f"{MIN_RUN_S:.0f} s or more (two stack samples a second): more steps, or "
@@ -233,12 +256,11 @@ def max_data_wait(limit: float, share: float | None, samples: int | None = None,
         rests_on = (f", on {samples} stack samples of a {beside(short_run_s, MIN_RUN_S)} s run "
                     f"(under {MIN_RUN_S:.0f} s: phases that come round less often may be "
                     "missed)")
+    said = f"{head}: input wait was {beside(pct, limit)}% ({split}"
     if pct > limit:
-        return Gate(flag, shown, False,
-                    f"{head}: data_wait was {beside(pct, limit)}% ({points(pct, limit)} over)"
-                    f"{rests_on}", pct, limit)
-    return Gate(flag, shown, True, f"{head}: data_wait was {beside(pct, limit)}%{rests_on}",
-                pct, limit)
+        return Gate(flag, shown, False, f"{said}; {points(pct, limit)} over){rests_on}", pct,
+                    limit)
+    return Gate(flag, shown, True, f"{said}){rests_on}", pct, limit)
 
 
 def min_utilization(limit: float, utilization: float | None, no_gpu: str | None = None

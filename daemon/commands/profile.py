@@ -44,7 +44,7 @@ from daemon.config import Config
 from daemon.runtime.streams import StderrHandler, say
 from daemon.sources.redact import REDACTED, redacted_words
 from daemon.sources.safe_text import one_line, shell_quoted, without_url_credentials
-from daemon.wire import DATA_WAIT, money, process_key
+from daemon.wire import money, process_key
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +92,13 @@ for a job by name.)
 Gates (any number; each is a JUnit test case with --junit):
   --max-cost DOLLARS               the run's cost (the command's processes, by the cost model)
   --max-cost-per-1k-steps DOLLARS  needs --progress
-  --max-data-wait PCT              the share of time the GPU processes waited for input
-                                   (fails closed on fewer than 20 stack samples: profile
-                                   30 s or more)
+  --max-data-wait PCT              the share of the GPU processes' time their GPU waited
+                                   for input: data_wait (reading it) plus host_preprocess
+                                   (preparing it in the loop), as their stack samples read;
+                                   an idle wait (a sleep or poll in the loader reads idle)
+                                   is not counted: the phases line shows it, and
+                                   --min-utilization gates it (fails closed on fewer than
+                                   20 stack samples: profile 30 s or more)
   --min-utilization PCT            mean utilization of the GPUs the command used
   --max-gpu-memory PCT             peak memory of the fullest GPU it used, as a share of that
                                    GPU's: fail in CI, not with out-of-memory in production
@@ -166,7 +170,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     gates = parser.add_argument_group("gates")
     gates.add_argument("--max-cost", metavar="DOLLARS")
     gates.add_argument("--max-cost-per-1k-steps", metavar="DOLLARS")
-    gates.add_argument("--max-data-wait", metavar="PCT")
+    gates.add_argument("--max-data-wait", metavar="PCT",
+                       help="fail when the GPU processes' input wait, data_wait plus "
+                            "host_preprocess, is more than PCT of their time (idle waits "
+                            "are not counted; see above)")
     gates.add_argument("--min-utilization", metavar="PCT")
     gates.add_argument("--max-gpu-memory", metavar="PCT")
     gates.add_argument("--max-regression", metavar="PCT",
@@ -872,7 +879,7 @@ def check_gates(limits: dict[str, float], profile: dict[str, Any],
         balance = profile["phase_balance"]
         duration = profile["duration_s"]
         found.append(gate_checks.max_data_wait(
-            limits["max_data_wait"], balance.get(DATA_WAIT, 0.0) if balance else None,
+            limits["max_data_wait"], balance or None,
             samples=profile["stack_samples"],
             short_run_s=duration if duration < MIN_DURATION_S else None))
     if "min_utilization" in limits:

@@ -279,3 +279,39 @@ def test_the_help_and_readme_say_what_the_regression_gate_leaves_out(capsys):
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert "start-up before the first GPU use is not in the cost per step" in readme
     assert "no price for this host" in readme and "NVML unavailable" in readme
+
+
+def test_the_data_wait_gate_counts_the_loops_own_input_preparation():
+    """Probe 150 F3: --max-data-wait counted the data_wait phase only, so a loop decoding in
+    its main thread (host_preprocess 78%, its GPU idle until the next batch exists) passed
+    at "data_wait was 0%". It counts the input-bound time, data_wait and host_preprocess,
+    and says the split; an idle wait (a sleep in the loader) is not counted."""
+    from daemon.commands.profile import check_gates
+
+    decoding = {"host_preprocess": 0.7826, "compute": 0.2065, "unknown": 0.0109}
+    gate = gates.max_data_wait(20, decoding, samples=92)
+    assert not gate.passed and gate.value == pytest.approx(78.26)
+    assert gate.message == ("gate --max-data-wait 20%: input wait was 78% (data_wait 0%, "
+                            "host_preprocess 78%; 58 points over)")
+    both = gates.max_data_wait(50, {"data_wait": 0.30, "host_preprocess": 0.25,
+                                    "compute": 0.45}, samples=60)
+    assert not both.passed and both.value == pytest.approx(55.0)
+    assert both.message == ("gate --max-data-wait 50%: input wait was 55% (data_wait 30%, "
+                            "host_preprocess 25%; 5 points over)")
+    # a loader that sleeps reads idle ("sleeping or waiting: `time.sleep(0.15)` with the GPU
+    # idle"): not input the gate sees; --min-utilization does
+    sleeping = gates.max_data_wait(20, {"idle": 0.6874, "compute": 0.3126}, samples=80)
+    assert sleeping.passed and sleeping.message == (
+        "gate --max-data-wait 20%: input wait was 0% (data_wait 0%, host_preprocess 0%)")
+    # still fails closed on few samples, whichever phase the share is in
+    few = gates.max_data_wait(90, decoding, samples=15)
+    assert not few.passed and few.message.startswith(
+        "gate --max-data-wait 90%: cannot be checked, input wait was 78% (data_wait 0%, "
+        "host_preprocess 78%) on only 15 stack samples (under 20)")
+    # and the profile hands the gate the whole balance (it handed data_wait's share alone)
+    facts = {"nvml_unavailable": None, "cost_unknown": None, "gpus_used": [0],
+             "phase_balance": decoding, "duration_s": 46.1, "stack_samples": 92}
+    (checked,) = check_gates({"max_data_wait": 20.0}, facts, None, None)
+    assert checked == gate
+    (none,) = check_gates({"max_data_wait": 20.0}, dict(facts, phase_balance={}), None, None)
+    assert not none.passed and "no phase balance was recorded" in none.message
