@@ -299,12 +299,33 @@ def max_gpu_memory(limit: float, peak: dict[str, Any] | None, no_gpu: str | None
     return Gate("--max-gpu-memory", f"{limit:g}%", True, said, pct, limit)
 
 
+TOTAL_COST = "total cost"
+# Said on a regression gate line that compares total costs.
+SAME_WORK = ("no steps counted: taken as the same work both runs; add --progress for cost "
+             "per step")
+# Why a run cut by --duration, without steps, cannot be compared: said by the gate, and by
+# the usage error that refuses --max-regression with --duration and no --progress.
+FIXED_LENGTH = ("a run cut by --duration has a fixed length, so its total cost is the "
+                "price times that length however slow the code is (and its cost per hour "
+                "the GPU's price)")
+
+
 def regression_figure(profile: dict[str, Any]) -> tuple[str, float | None]:
     """What a regression is measured on: ('cost per step', value) when the profile counted
-    steps, else ('cost per hour', value)."""
+    steps, else ('total cost', its `cost`): a CI job runs the same fixed workload each time,
+    so the run's total cost sees slower code, where its cost per hour, on a GPU it holds
+    alone, is the GPU's price whatever the code does (probe 150 F1: a 4x slower step passed
+    at +0%)."""
     if profile.get("steps"):
         return "cost per step", profile.get("cost_per_step")
-    return "cost per hour", profile.get("cost_per_hour")
+    return TOTAL_COST, profile.get("cost")
+
+
+def _steps_said(profile: dict[str, Any]) -> str:
+    steps = profile.get("steps")
+    if not steps:
+        return "counted no steps"
+    return f"counted {steps:,} step{'s' if steps != 1 else ''}"
 
 
 def gpu_count(profile: dict[str, Any]) -> int | None:
@@ -334,15 +355,18 @@ def same_hardware(profile: dict[str, Any], baseline: dict[str, Any]) -> bool:
 
 def max_regression(limit: float, profile: dict[str, Any], baseline: dict[str, Any],
                    baseline_path: str, unchecked: str | None = None) -> Gate:
-    """This run's cost per step (per hour without steps) against the baseline's. A price
+    """This run's cost per step against the baseline's, or, where neither counted steps, its
+    total cost (the same fixed workload each run: said so on the line; not where either was
+    cut by --duration, a fixed length, whose total cost is price x time). A price
     that moved between the two runs is not the code's doing: on the same hardware (the same
     GPUs, as many, on the same instance type) the baseline is re-priced at this run's price
     per GPU-hour (a cut would hide a slower step, a rise fail a faster one); on other hardware
     the two costs are compared as they were, and the message says that the hardware and its
     price changed too. It cannot be checked (fails) where this run's cost cannot be
     (`unchecked`: no price, NVML unavailable), where it read $0 (the cost model charges a
-    GPU's share while one is held: a run that fell back to the CPU reads $0, -100%), or
-    where this run used no GPU and the baseline did."""
+    GPU's share while one is held: a run that fell back to the CPU reads $0, -100%), where
+    this run used no GPU and the baseline did, or where one counted steps and the other did
+    not (two measures)."""
     flag = "--max-regression"
     shown = f"{limit:g}%"
     head = f"gate {flag} {shown}"
@@ -350,8 +374,18 @@ def max_regression(limit: float, profile: dict[str, Any], baseline: dict[str, An
     old_what, old = regression_figure(baseline)
     if what != old_what:
         return cannot_check(flag, shown, limit,
-                            f"this run has {what} and the baseline ({one_line(baseline_path)}) "
-                            f"has {old_what}: count steps in both or in neither")
+                            f"this run {_steps_said(profile)} ({what}) and the baseline "
+                            f"({one_line(baseline_path)[:200]}) {_steps_said(baseline)} "
+                            f"({old_what}): not the same measure; count steps in both "
+                            "(--progress) or in neither")
+    if what == TOTAL_COST:
+        cut = [side for side, p in (("this run", profile), ("the baseline", baseline))
+               if p.get("stopped_after_duration") is True]
+        if cut:
+            return cannot_check(flag, shown, limit,
+                                f"no steps were counted and {' and '.join(cut)} "
+                                f"{'were' if len(cut) > 1 else 'was'} stopped by --duration: "
+                                f"{FIXED_LENGTH}; count steps with --progress REGEX")
     if unchecked is not None:
         return cannot_check(flag, shown, limit, unchecked)
     count, old_count = gpu_count(profile), gpu_count(baseline)
@@ -397,6 +431,8 @@ def max_regression(limit: float, profile: dict[str, Any], baseline: dict[str, An
     change = 100 * (new - old) / old
     said = f"{head}: {label} was {money(new * scale, small=True)} against {against} " \
            f"({change:+.{decimals_beside(change, limit)}f}%"
+    if what == TOTAL_COST:  # (a --progress that matched nothing: its no_steps warning says so)
+        note = f"; {SAME_WORK}{note}"
     caveat = baseline_caveat(baseline)
     if caveat is not None:
         note += f"; {caveat}"
@@ -516,7 +552,7 @@ def instance_type(document: dict[str, Any]) -> str | None:
 
 
 # What max_regression reads of the baseline's `profile`, each None or of this type.
-BASELINE_NUMBERS = ("cost_per_step", "cost_per_hour", "price_per_gpu_hour")
+BASELINE_NUMBERS = ("cost", "cost_per_step", "cost_per_hour", "price_per_gpu_hour")
 
 
 def _wrong_type(path: str, field: str, value: object, wanted: str) -> str:

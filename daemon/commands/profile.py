@@ -103,11 +103,15 @@ Gates (any number; each is a JUnit test case with --junit):
   --max-gpu-memory PCT             peak memory of the fullest GPU it used, as a share of that
                                    GPU's: fail in CI, not with out-of-memory in production
   --max-regression PCT --baseline OLD (a profile's folder, or OLD/profile.json)
-                                   cost per step (per hour when no steps are counted) up by
-                                   more than PCT against an earlier profile; the cost model
-                                   charges a GPU's share only while a GPU is held, so
-                                   start-up before the first GPU use is not in it (profile.json's
-                                   host_cost, the host's price over the whole run, is)
+                                   cost per step up by more than PCT against an earlier
+                                   profile; where neither counted steps, the run's total
+                                   cost (taken as the same work both runs; refused with
+                                   --duration and no --progress: a fixed length costs the
+                                   same however slow the code); one with steps and one
+                                   without fails. The cost model charges a GPU's share only
+                                   while a GPU is held, so start-up before the first GPU
+                                   use is not in it (profile.json's host_cost, the host's
+                                   price over the whole run, is)
 
 A gate that cannot be checked fails (exit {GATE_EXIT_STATUS}, saying why): a cost gate where the host has no
 price, where NVML is unavailable (no --simulate, no NVIDIA driver) or where the command used no
@@ -177,11 +181,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     gates.add_argument("--min-utilization", metavar="PCT")
     gates.add_argument("--max-gpu-memory", metavar="PCT")
     gates.add_argument("--max-regression", metavar="PCT",
-                       help="fail when the cost per step (per hour without steps) is up by "
-                            "more than PCT on --baseline's; the cost model charges a GPU's "
-                            "share only while a GPU is held: start-up before the first GPU "
-                            "use is not in the cost per step (profile.json's host_cost is "
-                            "the host's price over the whole run)")
+                       help="fail when the cost per step (the total cost where neither "
+                            "run counted steps) is up by more than PCT on --baseline's; the "
+                            "cost model charges a GPU's share only while a GPU is held: "
+                            "start-up before the first GPU use is not in the cost per step "
+                            "(profile.json's host_cost is the host's price over the whole "
+                            "run)")
     gates.add_argument("--baseline", metavar="PROFILE",
                        help="an earlier profile's folder (its --out) or its profile.json, for "
                             "--max-regression")
@@ -435,6 +440,11 @@ def _run(args: argparse.Namespace, kept: KeptSignals) -> int:
             if duration <= 0:
                 raise UsageError(f"--duration {args.duration!r} is not more than 0: a "
                                  f"duration is {config_module.POSITIVE_DURATION}")
+            if "max_regression" in limits and not args.progress:  # a gate that always passes
+                raise UsageError(f"--max-regression with --duration needs --progress REGEX to "
+                                 f"count steps: {gate_checks.FIXED_LENGTH}: the gate could "
+                                 "not see slower code; count steps in the command's output, "
+                                 "e.g. --progress 'step (\\d+)'")
         latency = [_latency_table(url, metric) for url, metric in args.latency or []]
         if args.progress:
             try:

@@ -1262,9 +1262,13 @@ def test_gate_messages_say_which_gate_and_by_how_much():
     assert tiny.passed and tiny.message == (
         "gate --max-regression 10%: cost per 1k steps was $0.0396 against the baseline's "
         "$0.0559 (-29%)")
-    per_hour = gates.max_regression(10, {"steps": 0, "cost_per_hour": 1.0},
-                                    {"steps": 0, "cost_per_hour": 0.95}, "old.json")
-    assert per_hour.passed and "cost per hour" in per_hour.message
+    # without steps, the total cost (per hour it was the GPU's price: probe 150 F1)
+    total = gates.max_regression(10, {"steps": 0, "cost": 0.0100, "cost_per_hour": 1.0},
+                                 {"steps": 0, "cost": 0.0098, "cost_per_hour": 0.95}, "old.json")
+    assert total.passed and total.message == (
+        "gate --max-regression 10%: total cost was $0.0100 against the baseline's $0.0098 "
+        "(+2%); no steps counted: taken as the same work both runs; add --progress for cost "
+        "per step")
     no_gpu = gates.max_gpu_memory(90, None)
     assert not no_gpu.passed and no_gpu.message == (
         "gate --max-gpu-memory 90%: cannot be checked, the command used no GPU")
