@@ -308,6 +308,9 @@ SAME_WORK = ("no steps counted: taken as the same work both runs; add --progress
 FIXED_LENGTH = ("a run cut by --duration has a fixed length, so its total cost is the "
                 "price times that length however slow the code is (and its cost per hour "
                 "the GPU's price)")
+# Said on a crossed regression gate: the limit is a plain threshold (probe 150 F6).
+NO_NOISE_ALLOWANCE = ("the gate has no noise allowance: `mlcostd compare` of the two "
+                      "profiles says whether the change is beyond the runs' noise")
 
 
 def regression_figure(profile: dict[str, Any]) -> tuple[str, float | None]:
@@ -366,7 +369,8 @@ def max_regression(limit: float, profile: dict[str, Any], baseline: dict[str, An
     (`unchecked`: no price, NVML unavailable), where it read $0 (the cost model charges a
     GPU's share while one is held: a run that fell back to the CPU reads $0, -100%), where
     this run used no GPU and the baseline did, or where one counted steps and the other did
-    not (two measures)."""
+    not (two measures). A crossed gate's line says that the limit is a plain threshold, and
+    that `mlcostd compare` weighs the change against the runs' noise."""
     flag = "--max-regression"
     shown = f"{limit:g}%"
     head = f"gate {flag} {shown}"
@@ -438,7 +442,8 @@ def max_regression(limit: float, profile: dict[str, Any], baseline: dict[str, An
         note += f"; {caveat}"
     if change > limit:
         return Gate(flag, shown, False,
-                    f"{said}, {points(change, limit)} over){note}", change, limit)
+                    f"{said}, {points(change, limit)} over){note}; {NO_NOISE_ALLOWANCE}",
+                    change, limit)
     return Gate(flag, shown, True, f"{said}){note}", change, limit)
 
 

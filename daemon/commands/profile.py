@@ -111,7 +111,9 @@ Gates (any number; each is a JUnit test case with --junit):
                                    without fails. The cost model charges a GPU's share only
                                    while a GPU is held, so start-up before the first GPU
                                    use is not in it (profile.json's host_cost, the host's
-                                   price over the whole run, is)
+                                   price over the whole run, is). A plain threshold, without
+                                   a noise allowance: `mlcostd compare OLD OUT` says whether
+                                   a change is beyond the runs' noise
 
 A gate that cannot be checked fails (exit {GATE_EXIT_STATUS}, saying why): a cost gate where the host has no
 price, where NVML is unavailable (no --simulate, no NVIDIA driver) or where the command used no
@@ -186,7 +188,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "cost model charges a GPU's share only while a GPU is held: "
                             "start-up before the first GPU use is not in the cost per step "
                             "(profile.json's host_cost is the host's price over the whole "
-                            "run)")
+                            "run); a plain threshold, no noise allowance (mlcostd compare "
+                            "says whether a change is beyond the runs' noise)")
     gates.add_argument("--baseline", metavar="PROFILE",
                        help="an earlier profile's folder (its --out) or its profile.json, for "
                             "--max-regression")

@@ -1309,7 +1309,7 @@ def test_figures_beside_a_limit_read_on_the_side_they_are_on():
     ).message.endswith("96.4% of its 80 GiB (0.4 points over)")
     regression = gates.max_regression(10, {"steps": 1, "cost_per_step": 0.0001103},
                                       {"steps": 1, "cost_per_step": 0.0001}, "old.json")
-    assert regression.message.endswith("(+10.3%, 0.3 points over)")
+    assert regression.message.endswith("(+10.3%, 0.3 points over); " + gates.NO_NOISE_ALLOWANCE)
     facts = {"duration_s": 29.6, "stack_samples": 200, "gpus_used": [0],
              "first_gpu_work_after_s": 1.0, "first_step_after_s": None, "steps": 0,
              "shared_gpus": {}, "exit_status": 0, "stopped_after_duration": False,
@@ -1430,7 +1430,8 @@ def test_a_price_change_between_the_runs_is_not_counted_as_the_codes(tmp_path):
         "gate --max-regression 10%: cost per 1k steps was $0.0524 against the baseline's "
         "$0.0437 at this run's price ($0.0874 at its own) (+20%, 10 points over); the "
         "baseline ran at $1.0060/GPU-h, this run at $0.5030/GPU-h: the price's change is not "
-        "counted")
+        "counted; the gate has no noise allowance: `mlcostd compare` of the two profiles "
+        "says whether the change is beyond the runs' noise")
     # a price rise fails no faster step
     faster = dict(slower, price_per_gpu_hour=2.012, cost_per_step=0.0000874 * 0.9 * 2)
     assert gates.max_regression(10, faster, old, "old.json").passed
@@ -1475,7 +1476,9 @@ def test_a_baseline_that_is_not_representative_is_said_so_in_the_regression_gate
     failed = gates.max_regression(10, slower, old, "old.json")
     assert not failed.passed and failed.message.endswith(
         "(+50%, 40 points over); the baseline is not representative: interrupted, exited 130, "
-        "took 13 s (under 30 s), few stack samples")
+        "took 13 s (under 30 s), few stack samples; the gate has no noise allowance: "
+        "`mlcostd compare` of the two profiles says whether the change is beyond the runs' "
+        "noise")
     whole = dict(old, exit_status=0, interrupted=False, duration_s=95.0, representative=True,
                  warnings=[])
     assert "representative" not in gates.max_regression(10, new, whole, "old.json").message
