@@ -43,7 +43,7 @@ class Gate:
     flag: str  # "--max-data-wait"
     limit_text: str  # as the user wrote it, normalized: "20%", "$0.50"
     passed: bool
-    message: str  # "gate --max-data-wait 20%: data_wait was 71% (51 points over)"
+    message: str  # "gate --min-utilization 60%: GPU utilization was 14% (46 points under)"
     value: float | None = None
     limit: float | None = None
 
