@@ -23,7 +23,7 @@ from daemon.analysis.compare import (
 )
 from daemon.analysis.compare import same_hardware as sides_on_same_hardware
 from daemon.sources.safe_text import lines, one_line
-from daemon.wire import money
+from daemon.wire import DATA_WAIT, HOST_PREPROCESS, money
 from pricing.http import loads_finite
 from pricing.small_file import SmallFileError, read_small_file
 
@@ -43,7 +43,7 @@ class Gate:
     flag: str  # "--max-data-wait"
     limit_text: str  # as the user wrote it, normalized: "20%", "$0.50"
     passed: bool
-    message: str  # "gate --max-data-wait 20%: data_wait was 71% (51 points over)"
+    message: str  # "gate --min-utilization 60%: GPU utilization was 14% (46 points under)"
     value: float | None = None
     limit: float | None = None
 
@@ -206,24 +206,47 @@ def max_cost_per_1k_steps(limit: float, per_1k: float | None, steps: int,
                 limit)
 
 
-def max_data_wait(limit: float, share: float | None, samples: int | None = None,
+# The phases in which a GPU process's GPU waits for its next input (--max-data-wait): read
+# (data_wait: storage, a pipe, a DataLoader's workers) or prepared by its own loop
+# (host_preprocess: decoding, tokenizing, augmenting in the main thread). A wait that shows
+# no input (a time.sleep, a poll: `idle`, "sleeping or waiting: ... with the GPU idle") is
+# not counted: the phases line shows it, and --min-utilization gates it.
+INPUT_PHASES = (DATA_WAIT, HOST_PREPROCESS)
+
+
+def input_wait(balance: dict[str, float] | None) -> tuple[float, dict[str, float]] | None:
+    """The input-bound share of a phase balance (INPUT_PHASES together) and each phase's
+    share of it, as fractions of the GPU processes' time; None without a balance."""
+    if not balance:
+        return None
+    parts = {phase: float(balance.get(phase) or 0.0) for phase in INPUT_PHASES}
+    return sum(parts.values()), parts
+
+
+def max_data_wait(limit: float, balance: dict[str, float] | None, samples: int | None = None,
                   short_run_s: float | None = None) -> Gate:
-    """The data_wait share of the GPU processes' time against `limit` (%). The share is
-    counted in stack samples (two a second): on fewer than MIN_PHASE_SAMPLES it cannot decide
-    a release (four identical 10 s runs of one script, ~15 samples each, read 26%, 93%, 67%
-    and 86%; over 120 steps, ~60 samples each, 53% to 71%), so the gate fails closed and says
-    how to get enough. On a run shorter than MIN_RUN_S (`short_run_s`, its length) it decides,
-    and says how many samples it rests on."""
+    """The input-bound share of the GPU processes' time (`balance`, their phase balance:
+    data_wait and host_preprocess together, INPUT_PHASES) against `limit` (%): a loop that
+    decodes in its main thread (host_preprocess 78%, data_wait 0%) starves its GPU as much as
+    one that waits on storage, and passed when only data_wait was counted (probe 150 F3). The
+    line says the split. The share is counted in stack samples (two a second): on fewer than
+    MIN_PHASE_SAMPLES it cannot decide a release (four identical 10 s runs of one script, ~15
+    samples each, read 26%, 93%, 67% and 86%; over 120 steps, ~60 samples each, 53% to 71%),
+    so the gate fails closed and says how to get enough. On a run shorter than MIN_RUN_S
+    (`short_run_s`, its length) it decides, and says how many samples it rests on."""
     flag, shown = "--max-data-wait", f"{limit:g}%"
     head = f"gate {flag} {shown}"
-    if share is None:
+    found = input_wait(balance)
+    if found is None:
         return Gate(flag, shown, False,
                     f"{head}: cannot be checked, no phase balance was recorded (no stack "
                     "samples of a GPU process)", None, limit)
+    share, parts = found
     pct = 100 * share
+    split = ", ".join(f"{phase} {100 * part:.0f}%" for phase, part in parts.items())
     if samples is not None and samples < MIN_PHASE_SAMPLES:
         return Gate(flag, shown, False,
-                    f"{head}: cannot be checked, data_wait was {pct:.0f}% on only "
+                    f"{head}: cannot be checked, input wait was {pct:.0f}% ({split}) on only "
                     f"{samples} stack samples (under {MIN_PHASE_SAMPLES}): too few to decide, "
                     "short runs of the same code read tens of points apart; profile a run of "
                     f"{MIN_RUN_S:.0f} s or more (two stack samples a second): more steps, or "
@@ -233,12 +256,11 @@ def max_data_wait(limit: float, share: float | None, samples: int | None = None,
         rests_on = (f", on {samples} stack samples of a {beside(short_run_s, MIN_RUN_S)} s run "
                     f"(under {MIN_RUN_S:.0f} s: phases that come round less often may be "
                     "missed)")
+    said = f"{head}: input wait was {beside(pct, limit)}% ({split}"
     if pct > limit:
-        return Gate(flag, shown, False,
-                    f"{head}: data_wait was {beside(pct, limit)}% ({points(pct, limit)} over)"
-                    f"{rests_on}", pct, limit)
-    return Gate(flag, shown, True, f"{head}: data_wait was {beside(pct, limit)}%{rests_on}",
-                pct, limit)
+        return Gate(flag, shown, False, f"{said}; {points(pct, limit)} over){rests_on}", pct,
+                    limit)
+    return Gate(flag, shown, True, f"{said}){rests_on}", pct, limit)
 
 
 def min_utilization(limit: float, utilization: float | None, no_gpu: str | None = None
@@ -277,12 +299,36 @@ def max_gpu_memory(limit: float, peak: dict[str, Any] | None, no_gpu: str | None
     return Gate("--max-gpu-memory", f"{limit:g}%", True, said, pct, limit)
 
 
+TOTAL_COST = "total cost"
+# Said on a regression gate line that compares total costs.
+SAME_WORK = ("no steps counted: taken as the same work both runs; add --progress for cost "
+             "per step")
+# Why a run cut by --duration, without steps, cannot be compared: said by the gate, and by
+# the usage error that refuses --max-regression with --duration and no --progress.
+FIXED_LENGTH = ("a run cut by --duration has a fixed length, so its total cost is the "
+                "price times that length however slow the code is (and its cost per hour "
+                "the GPU's price)")
+# Said on a crossed regression gate: the limit is a plain threshold (probe 150 F6).
+NO_NOISE_ALLOWANCE = ("the gate has no noise allowance: `mlcostd compare` of the two "
+                      "profiles says whether the change is beyond the runs' noise")
+
+
 def regression_figure(profile: dict[str, Any]) -> tuple[str, float | None]:
     """What a regression is measured on: ('cost per step', value) when the profile counted
-    steps, else ('cost per hour', value)."""
+    steps, else ('total cost', its `cost`): a CI job runs the same fixed workload each time,
+    so the run's total cost sees slower code, where its cost per hour, on a GPU it holds
+    alone, is the GPU's price whatever the code does (probe 150 F1: a 4x slower step passed
+    at +0%)."""
     if profile.get("steps"):
         return "cost per step", profile.get("cost_per_step")
-    return "cost per hour", profile.get("cost_per_hour")
+    return TOTAL_COST, profile.get("cost")
+
+
+def _steps_said(profile: dict[str, Any]) -> str:
+    steps = profile.get("steps")
+    if not steps:
+        return "counted no steps"
+    return f"counted {steps:,} step{'s' if steps != 1 else ''}"
 
 
 def gpu_count(profile: dict[str, Any]) -> int | None:
@@ -312,15 +358,19 @@ def same_hardware(profile: dict[str, Any], baseline: dict[str, Any]) -> bool:
 
 def max_regression(limit: float, profile: dict[str, Any], baseline: dict[str, Any],
                    baseline_path: str, unchecked: str | None = None) -> Gate:
-    """This run's cost per step (per hour without steps) against the baseline's. A price
+    """This run's cost per step against the baseline's, or, where neither counted steps, its
+    total cost (the same fixed workload each run: said so on the line; not where either was
+    cut by --duration, a fixed length, whose total cost is price x time). A price
     that moved between the two runs is not the code's doing: on the same hardware (the same
     GPUs, as many, on the same instance type) the baseline is re-priced at this run's price
     per GPU-hour (a cut would hide a slower step, a rise fail a faster one); on other hardware
     the two costs are compared as they were, and the message says that the hardware and its
     price changed too. It cannot be checked (fails) where this run's cost cannot be
     (`unchecked`: no price, NVML unavailable), where it read $0 (the cost model charges a
-    GPU's share while one is held: a run that fell back to the CPU reads $0, -100%), or
-    where this run used no GPU and the baseline did."""
+    GPU's share while one is held: a run that fell back to the CPU reads $0, -100%), where
+    this run used no GPU and the baseline did, or where one counted steps and the other did
+    not (two measures). A crossed gate's line says that the limit is a plain threshold, and
+    that `mlcostd compare` weighs the change against the runs' noise."""
     flag = "--max-regression"
     shown = f"{limit:g}%"
     head = f"gate {flag} {shown}"
@@ -328,8 +378,18 @@ def max_regression(limit: float, profile: dict[str, Any], baseline: dict[str, An
     old_what, old = regression_figure(baseline)
     if what != old_what:
         return cannot_check(flag, shown, limit,
-                            f"this run has {what} and the baseline ({one_line(baseline_path)}) "
-                            f"has {old_what}: count steps in both or in neither")
+                            f"this run {_steps_said(profile)} ({what}) and the baseline "
+                            f"({one_line(baseline_path)[:200]}) {_steps_said(baseline)} "
+                            f"({old_what}): not the same measure; count steps in both "
+                            "(--progress) or in neither")
+    if what == TOTAL_COST:
+        cut = [side for side, p in (("this run", profile), ("the baseline", baseline))
+               if p.get("stopped_after_duration") is True]
+        if cut:
+            return cannot_check(flag, shown, limit,
+                                f"no steps were counted and {' and '.join(cut)} "
+                                f"{'were' if len(cut) > 1 else 'was'} stopped by --duration: "
+                                f"{FIXED_LENGTH}; count steps with --progress REGEX")
     if unchecked is not None:
         return cannot_check(flag, shown, limit, unchecked)
     count, old_count = gpu_count(profile), gpu_count(baseline)
@@ -375,12 +435,15 @@ def max_regression(limit: float, profile: dict[str, Any], baseline: dict[str, An
     change = 100 * (new - old) / old
     said = f"{head}: {label} was {money(new * scale, small=True)} against {against} " \
            f"({change:+.{decimals_beside(change, limit)}f}%"
+    if what == TOTAL_COST:  # (a --progress that matched nothing: its no_steps warning says so)
+        note = f"; {SAME_WORK}{note}"
     caveat = baseline_caveat(baseline)
     if caveat is not None:
         note += f"; {caveat}"
     if change > limit:
         return Gate(flag, shown, False,
-                    f"{said}, {points(change, limit)} over){note}", change, limit)
+                    f"{said}, {points(change, limit)} over){note}; {NO_NOISE_ALLOWANCE}",
+                    change, limit)
     return Gate(flag, shown, True, f"{said}){note}", change, limit)
 
 
@@ -494,7 +557,7 @@ def instance_type(document: dict[str, Any]) -> str | None:
 
 
 # What max_regression reads of the baseline's `profile`, each None or of this type.
-BASELINE_NUMBERS = ("cost_per_step", "cost_per_hour", "price_per_gpu_hour")
+BASELINE_NUMBERS = ("cost", "cost_per_step", "cost_per_hour", "price_per_gpu_hour")
 
 
 def _wrong_type(path: str, field: str, value: object, wanted: str) -> str:

@@ -44,7 +44,7 @@ from daemon.config import Config
 from daemon.runtime.streams import StderrHandler, say
 from daemon.sources.redact import REDACTED, redacted_words
 from daemon.sources.safe_text import one_line, shell_quoted, without_url_credentials
-from daemon.wire import DATA_WAIT, money, process_key
+from daemon.wire import money, process_key
 
 log = logging.getLogger(__name__)
 
@@ -92,18 +92,28 @@ for a job by name.)
 Gates (any number; each is a JUnit test case with --junit):
   --max-cost DOLLARS               the run's cost (the command's processes, by the cost model)
   --max-cost-per-1k-steps DOLLARS  needs --progress
-  --max-data-wait PCT              the share of time the GPU processes waited for input
-                                   (fails closed on fewer than 20 stack samples: profile
-                                   30 s or more)
+  --max-data-wait PCT              the share of the GPU processes' time their GPU waited
+                                   for input: data_wait (reading it) plus host_preprocess
+                                   (preparing it in the loop), as their stack samples read;
+                                   an idle wait (a sleep or poll in the loader reads idle)
+                                   is not counted: the phases line shows it, and
+                                   --min-utilization gates it (fails closed on fewer than
+                                   20 stack samples: profile 30 s or more)
   --min-utilization PCT            mean utilization of the GPUs the command used
   --max-gpu-memory PCT             peak memory of the fullest GPU it used, as a share of that
                                    GPU's: fail in CI, not with out-of-memory in production
   --max-regression PCT --baseline OLD (a profile's folder, or OLD/profile.json)
-                                   cost per step (per hour when no steps are counted) up by
-                                   more than PCT against an earlier profile; the cost model
-                                   charges a GPU's share only while a GPU is held, so
-                                   start-up before the first GPU use is not in it (profile.json's
-                                   host_cost, the host's price over the whole run, is)
+                                   cost per step up by more than PCT against an earlier
+                                   profile; where neither counted steps, the run's total
+                                   cost (taken as the same work both runs; refused with
+                                   --duration and no --progress: a fixed length costs the
+                                   same however slow the code); one with steps and one
+                                   without fails. The cost model charges a GPU's share only
+                                   while a GPU is held, so start-up before the first GPU
+                                   use is not in it (profile.json's host_cost, the host's
+                                   price over the whole run, is). A plain threshold, without
+                                   a noise allowance: `mlcostd compare OLD OUT` says whether
+                                   a change is beyond the runs' noise
 
 A gate that cannot be checked fails (exit {GATE_EXIT_STATUS}, saying why): a cost gate where the host has no
 price, where NVML is unavailable (no --simulate, no NVIDIA driver) or where the command used no
@@ -166,15 +176,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     gates = parser.add_argument_group("gates")
     gates.add_argument("--max-cost", metavar="DOLLARS")
     gates.add_argument("--max-cost-per-1k-steps", metavar="DOLLARS")
-    gates.add_argument("--max-data-wait", metavar="PCT")
+    gates.add_argument("--max-data-wait", metavar="PCT",
+                       help="fail when the GPU processes' input wait, data_wait plus "
+                            "host_preprocess, is more than PCT of their time (idle waits "
+                            "are not counted; see above)")
     gates.add_argument("--min-utilization", metavar="PCT")
     gates.add_argument("--max-gpu-memory", metavar="PCT")
     gates.add_argument("--max-regression", metavar="PCT",
-                       help="fail when the cost per step (per hour without steps) is up by "
-                            "more than PCT on --baseline's; the cost model charges a GPU's "
-                            "share only while a GPU is held: start-up before the first GPU "
-                            "use is not in the cost per step (profile.json's host_cost is "
-                            "the host's price over the whole run)")
+                       help="fail when the cost per step (the total cost where neither "
+                            "run counted steps) is up by more than PCT on --baseline's; the "
+                            "cost model charges a GPU's share only while a GPU is held: "
+                            "start-up before the first GPU use is not in the cost per step "
+                            "(profile.json's host_cost is the host's price over the whole "
+                            "run); a plain threshold, no noise allowance (mlcostd compare "
+                            "says whether a change is beyond the runs' noise)")
     gates.add_argument("--baseline", metavar="PROFILE",
                        help="an earlier profile's folder (its --out) or its profile.json, for "
                             "--max-regression")
@@ -428,6 +443,11 @@ def _run(args: argparse.Namespace, kept: KeptSignals) -> int:
             if duration <= 0:
                 raise UsageError(f"--duration {args.duration!r} is not more than 0: a "
                                  f"duration is {config_module.POSITIVE_DURATION}")
+            if "max_regression" in limits and not args.progress:  # a gate that always passes
+                raise UsageError(f"--max-regression with --duration needs --progress REGEX to "
+                                 f"count steps: {gate_checks.FIXED_LENGTH}: the gate could "
+                                 "not see slower code; count steps in the command's output, "
+                                 "e.g. --progress 'step (\\d+)'")
         latency = [_latency_table(url, metric) for url, metric in args.latency or []]
         if args.progress:
             try:
@@ -872,7 +892,7 @@ def check_gates(limits: dict[str, float], profile: dict[str, Any],
         balance = profile["phase_balance"]
         duration = profile["duration_s"]
         found.append(gate_checks.max_data_wait(
-            limits["max_data_wait"], balance.get(DATA_WAIT, 0.0) if balance else None,
+            limits["max_data_wait"], balance or None,
             samples=profile["stack_samples"],
             short_run_s=duration if duration < MIN_DURATION_S else None))
     if "min_utilization" in limits:

@@ -195,7 +195,8 @@ def test_the_data_wait_gate_exits_with_the_gate_status_and_writes_junit(tmp_path
     assert result.returncode == GATE_EXIT_STATUS, result.stderr
     samples = document(out)["profile"]["stack_samples"]
     assert 0 < samples < 20
-    said = re.search(r"FAILED (gate --max-data-wait 20%: cannot be checked, data_wait was \d+% "
+    said = re.search(r"FAILED (gate --max-data-wait 20%: cannot be checked, input wait was "
+                     r"\d+% \(data_wait \d+%, host_preprocess \d+%\) "
                      rf"on only {samples} stack samples \(under 20\): too few to decide, .*; "
                      r"profile a run of 30 s or more \(two stack samples a second\): more "
                      r"steps, or --duration on a longer one)\n", result.stderr)
@@ -216,7 +217,7 @@ def test_the_data_wait_gate_exits_with_the_gate_status_and_writes_junit(tmp_path
     page = (out / "profile.html").read_text()
     summary = page.split('<div class="summary">', 1)[1].split("</div>", 1)[0]
     assert summary.startswith("mlcostd profile: FAILED: 2 of 3 gates crossed<br>")
-    assert "FAILED gate --max-data-wait 20%: cannot be checked, data_wait was" in summary
+    assert "FAILED gate --max-data-wait 20%: cannot be checked, input wait was" in summary
     assert "FAILED gate --max-gpu-memory 30%: GPU 0 peaked at 8.0 GiB" in summary
     assert page.index('<div class="summary">') < page.index("<h2>Burn and waste</h2>")
 
@@ -242,7 +243,8 @@ def test_the_fixed_script_keeps_its_gpu_busy_and_passes_the_gates(fixed):
     assert all(g["passed"] for g in facts["gates"])
     # a run under 30 s: the data-wait line says what the share rests on
     (data_wait,) = [g for g in facts["gates"] if g["gate"] == "max-data-wait"]
-    assert re.fullmatch(rf"gate --max-data-wait 20%: data_wait was \d+%, on "
+    assert re.fullmatch(r"gate --max-data-wait 20%: input wait was \d+% \(data_wait \d+%, "
+                        rf"host_preprocess \d+%\), on "
                         rf"{facts['stack_samples']} stack samples of a \d+ s run \(under 30 s: "
                         r"phases that come round less often may be missed\)",
                         data_wait["message"]), data_wait["message"]
@@ -1242,8 +1244,9 @@ def test_progress_matches_only_the_first_bytes_of_a_hostile_line():
 
 
 def test_gate_messages_say_which_gate_and_by_how_much():
-    assert gates.max_data_wait(20, 0.71).message == (
-        "gate --max-data-wait 20%: data_wait was 71% (51 points over)")
+    assert gates.max_data_wait(20, {"data_wait": 0.71}).message == (
+        "gate --max-data-wait 20%: input wait was 71% (data_wait 71%, host_preprocess 0%; 51 "
+        "points over)")
     assert gates.min_utilization(60, 14).message == (
         "gate --min-utilization 60%: GPU utilization was 14% (46 points under)")
     assert gates.max_cost(0.10, 0.23).message == (
@@ -1259,9 +1262,13 @@ def test_gate_messages_say_which_gate_and_by_how_much():
     assert tiny.passed and tiny.message == (
         "gate --max-regression 10%: cost per 1k steps was $0.0396 against the baseline's "
         "$0.0559 (-29%)")
-    per_hour = gates.max_regression(10, {"steps": 0, "cost_per_hour": 1.0},
-                                    {"steps": 0, "cost_per_hour": 0.95}, "old.json")
-    assert per_hour.passed and "cost per hour" in per_hour.message
+    # without steps, the total cost (per hour it was the GPU's price: probe 150 F1)
+    total = gates.max_regression(10, {"steps": 0, "cost": 0.0100, "cost_per_hour": 1.0},
+                                 {"steps": 0, "cost": 0.0098, "cost_per_hour": 0.95}, "old.json")
+    assert total.passed and total.message == (
+        "gate --max-regression 10%: total cost was $0.0100 against the baseline's $0.0098 "
+        "(+2%); no steps counted: taken as the same work both runs; add --progress for cost "
+        "per step")
     no_gpu = gates.max_gpu_memory(90, None)
     assert not no_gpu.passed and no_gpu.message == (
         "gate --max-gpu-memory 90%: cannot be checked, the command used no GPU")
@@ -1292,15 +1299,17 @@ def test_figures_beside_a_limit_read_on_the_side_they_are_on():
         "gate --min-utilization 60%: GPU utilization was 60.4%")
     assert gates.min_utilization(60, 80.4).message == (
         "gate --min-utilization 60%: GPU utilization was 80%")
-    assert gates.max_data_wait(20, 0.203, samples=40, short_run_s=29.6).message == (
-        "gate --max-data-wait 20%: data_wait was 20.3% (0.3 points over), on 40 stack samples "
-        "of a 29.6 s run (under 30 s: phases that come round less often may be missed)")
+    assert gates.max_data_wait(20, {"data_wait": 0.203}, samples=40, short_run_s=29.6
+                               ).message == (
+        "gate --max-data-wait 20%: input wait was 20.3% (data_wait 20%, host_preprocess 0%; "
+        "0.3 points over), on 40 stack samples of a 29.6 s run (under 30 s: phases that come "
+        "round less often may be missed)")
     assert gates.max_gpu_memory(
         96, {"gpu": 0, "gpus": 1, "peak_bytes": 1, "total_bytes": 80 << 30, "percent": 96.4}
     ).message.endswith("96.4% of its 80 GiB (0.4 points over)")
     regression = gates.max_regression(10, {"steps": 1, "cost_per_step": 0.0001103},
                                       {"steps": 1, "cost_per_step": 0.0001}, "old.json")
-    assert regression.message.endswith("(+10.3%, 0.3 points over)")
+    assert regression.message.endswith("(+10.3%, 0.3 points over); " + gates.NO_NOISE_ALLOWANCE)
     facts = {"duration_s": 29.6, "stack_samples": 200, "gpus_used": [0],
              "first_gpu_work_after_s": 1.0, "first_step_after_s": None, "steps": 0,
              "shared_gpus": {}, "exit_status": 0, "stopped_after_duration": False,
@@ -1323,23 +1332,25 @@ def test_a_data_wait_share_on_too_few_stack_samples_fails_closed_and_says_why():
     data_wait at 26%, 93%, 67% and 86%: a gate on such a share passed or failed a release by
     chance. Under 20 samples it cannot be checked; on a run under 30 s it decides, and says on
     how many samples."""
-    rough = gates.max_data_wait(20, 0.67, samples=15, short_run_s=10.0)
+    rough = gates.max_data_wait(20, {"data_wait": 0.67}, samples=15, short_run_s=10.0)
     assert not rough.passed and rough.value == pytest.approx(67.0)
     assert rough.message == (
-        "gate --max-data-wait 20%: cannot be checked, data_wait was 67% on only 15 stack "
-        "samples (under 20): too few to decide, short runs of the same code read tens of "
+        "gate --max-data-wait 20%: cannot be checked, input wait was 67% (data_wait 67%, "
+        "host_preprocess 0%) on only 15 stack samples (under 20): too few to decide, short runs of the same code read tens of "
         "points apart; profile a run of 30 s or more (two stack samples a second): more steps, "
         "or --duration on a longer one")
     # however low: a share of 15 samples fails closed
-    assert not gates.max_data_wait(90, 0.05, samples=15).passed
-    short = gates.max_data_wait(20, 0.12, samples=36, short_run_s=18.4)
+    assert not gates.max_data_wait(90, {"data_wait": 0.05}, samples=15).passed
+    short = gates.max_data_wait(20, {"data_wait": 0.12}, samples=36, short_run_s=18.4)
     assert short.passed and short.message == (
-        "gate --max-data-wait 20%: data_wait was 12%, on 36 stack samples of a 18 s run (under "
-        "30 s: phases that come round less often may be missed)")
-    over = gates.max_data_wait(20, 0.71, samples=36, short_run_s=18.4)
-    assert not over.passed and "(51 points over), on 36 stack samples" in over.message
-    assert gates.max_data_wait(20, 0.71, samples=120).message == (
-        "gate --max-data-wait 20%: data_wait was 71% (51 points over)")
+        "gate --max-data-wait 20%: input wait was 12% (data_wait 12%, host_preprocess 0%), on "
+        "36 stack samples of a 18 s run (under 30 s: phases that come round less often may be "
+        "missed)")
+    over = gates.max_data_wait(20, {"data_wait": 0.71}, samples=36, short_run_s=18.4)
+    assert not over.passed and "51 points over), on 36 stack samples" in over.message
+    assert gates.max_data_wait(20, {"data_wait": 0.71}, samples=120).message == (
+        "gate --max-data-wait 20%: input wait was 71% (data_wait 71%, host_preprocess 0%; 51 "
+        "points over)")
 
 
 def test_the_peak_memory_is_the_fullest_gpus_as_a_share_of_its_own():
@@ -1419,7 +1430,8 @@ def test_a_price_change_between_the_runs_is_not_counted_as_the_codes(tmp_path):
         "gate --max-regression 10%: cost per 1k steps was $0.0524 against the baseline's "
         "$0.0437 at this run's price ($0.0874 at its own) (+20%, 10 points over); the "
         "baseline ran at $1.0060/GPU-h, this run at $0.5030/GPU-h: the price's change is not "
-        "counted")
+        "counted; the gate has no noise allowance: `mlcostd compare` of the two profiles "
+        "says whether the change is beyond the runs' noise")
     # a price rise fails no faster step
     faster = dict(slower, price_per_gpu_hour=2.012, cost_per_step=0.0000874 * 0.9 * 2)
     assert gates.max_regression(10, faster, old, "old.json").passed
@@ -1464,7 +1476,9 @@ def test_a_baseline_that_is_not_representative_is_said_so_in_the_regression_gate
     failed = gates.max_regression(10, slower, old, "old.json")
     assert not failed.passed and failed.message.endswith(
         "(+50%, 40 points over); the baseline is not representative: interrupted, exited 130, "
-        "took 13 s (under 30 s), few stack samples")
+        "took 13 s (under 30 s), few stack samples; the gate has no noise allowance: "
+        "`mlcostd compare` of the two profiles says whether the change is beyond the runs' "
+        "noise")
     whole = dict(old, exit_status=0, interrupted=False, duration_s=95.0, representative=True,
                  warnings=[])
     assert "representative" not in gates.max_regression(10, new, whole, "old.json").message
@@ -1481,14 +1495,15 @@ def test_the_readme_shows_the_gate_lines_as_they_are_printed():
     readme = (ROOT / "README.md").read_text()
     block = readme.split("a failed one after `FAILED `, a passed one without:\n\n```\n", 1)[1]
     shown = block.split("```", 1)[0].splitlines()
-    checked = [gates.max_data_wait(20, 0.71), gates.min_utilization(60, 82)]
+    checked = [gates.max_data_wait(20, {"data_wait": 0.71}), gates.min_utilization(60, 82)]
     doc = {"profile": {"gates": [g.as_dict() for g in checked], "exit_status": 0,
                        "stopped_after_duration": False, "phase_balance": {}, "cost": 0.01,
                        "duration_s": 40.0, "steps": 0, "warnings": [], "left_running": 0}}
     printed = verdict_lines(doc)
     assert shown[0] == printed[0] == "mlcostd profile: FAILED: 1 of 2 gates crossed"
     assert shown[2:] == printed[-2:] == [
-        "  FAILED gate --max-data-wait 20%: data_wait was 71% (51 points over)",
+        "  FAILED gate --max-data-wait 20%: input wait was 71% (data_wait 71%, "
+        "host_preprocess 0%; 51 points over)",
         "  gate --min-utilization 60%: GPU utilization was 82%"]
     doc["profile"]["gates"] = [gates.min_utilization(60, 82).as_dict()] * 2
     assert "`mlcostd profile: passed: 2 gates`" in readme
@@ -1514,7 +1529,7 @@ def test_the_phase_balance_is_the_share_the_rules_quote():
 
 
 def test_junit_has_one_case_per_gate_and_a_failure_message_for_each_crossed_one():
-    checked = [gates.max_data_wait(20, 0.71), gates.min_utilization(60, 80)]
+    checked = [gates.max_data_wait(20, {"data_wait": 0.71}), gates.min_utilization(60, 80)]
     root = ET.fromstring(gates.junit_xml(checked, seconds=12.5))
     suite = root.find("testsuite")
     assert suite is not None and suite.get("tests") == "2" and suite.get("failures") == "1"
