@@ -22,7 +22,7 @@ from daemon import clock
 from daemon.analysis.balance import SAMPLED
 from daemon.analysis.cost import gpu_wasted_per_hour
 from daemon.analysis.ledger import JobLabeler
-from daemon.analysis.phase_balance import balance_processes, run_phase_balance
+from daemon.analysis.phase_balance import balance_keys, balance_processes, run_phase_balance
 from daemon.wire import COMPUTE, money, process_key
 
 COMPARE_VERSION = 1
@@ -141,9 +141,7 @@ class Side:
     def phase_keys(self) -> set[str]:
         """The keys of the processes its phase balance is of (balance_processes: the GPU
         processes, all when none used a GPU), as `mlcostd profile`'s phase_balance."""
-        return {process_key(p["pid"], float(p["start_time"]))
-                for p in balance_processes(self.processes)
-                if isinstance(p.get("pid"), int) and isinstance(p.get("start_time"), int | float)}
+        return balance_keys(self.processes)
 
     @property
     def buckets(self) -> list[dict[str, Any]]:

@@ -15,7 +15,15 @@ from typing import Any
 
 from daemon.analysis.stack_rules import runtime_rules_count, user_frame
 from daemon.sources.frames import Frame
-from daemon.wire import CHECKPOINT, COMPUTE, HIGH_CONFIDENCE, LOW_CONFIDENCE, PHASES, UNKNOWN
+from daemon.wire import (
+    CHECKPOINT,
+    COMPUTE,
+    HIGH_CONFIDENCE,
+    LOW_CONFIDENCE,
+    PHASES,
+    UNKNOWN,
+    process_key,
+)
 
 # A sample classified from /proc without a stack (daemon.analysis.proc_phases) has one
 # pseudo-frame, in this file.
@@ -310,6 +318,17 @@ def balance_processes(processes: Iterable[Any]) -> list[dict[str, Any]]:
              and p["phases"]]
     used = [p for p in found if p.get("gpus")]
     return used or found
+
+
+def balance_keys(processes: Iterable[Any]) -> set[str]:
+    """The keys ('pid:start_time') of the run's balance_processes: the processes whose stack
+    samples its phase balance rests on, and the only ones counted as its stack samples (a
+    profile's `stack_samples`, on which --max-data-wait decides or fails closed, and each side
+    of `mlcostd compare`). A launcher waiting for its trainer (torchrun, `bash -c`, a
+    subprocess.run) is sampled as often as the trainer, and counting it passed the 20-sample
+    rule on half as many samples of the GPU's process."""
+    return {process_key(p["pid"], float(p["start_time"])) for p in balance_processes(processes)
+            if isinstance(p.get("pid"), int) and isinstance(p.get("start_time"), int | float)}
 
 
 def _seconds(part: object) -> float:

@@ -34,7 +34,7 @@ from daemon import clock
 from daemon import config as config_module
 from daemon.analysis.compare import gpu_models, price_per_gpu_hour
 from daemon.analysis.latency_report import PROFILED_COMMAND, cost_per_1k_text, target_text
-from daemon.analysis.phase_balance import run_phase_balance
+from daemon.analysis.phase_balance import balance_keys, run_phase_balance
 from daemon.analysis.rules.base import plural
 from daemon.commands import gates as gate_checks
 from daemon.commands.gates import GATE_EXIT_STATUS, Gate
@@ -597,7 +597,11 @@ def build_document(config: Config, result: Any, limits: dict[str, float],
         start = result.started_at
         until = max(result.ended_at, latest.ts if latest else result.ended_at)
         document = report.build(reader, max(until - start, 0.001), until=until, config=config)
-        stack_samples = len(queries.stack_samples(reader, start, until))
+        # those of the processes the phase balance is of (its GPU processes), as compare
+        # counts them: a launcher's samples, which the balance leaves out, are not counted
+        balanced = balance_keys(document.get("processes") or [])
+        stack_samples = sum(1 for row in queries.stack_samples(reader, start, until)
+                            if process_key(row["pid"], row["start_time"]) in balanced)
     finally:
         reader.close()
     document["profile"] = profile_facts(document, result, stack_samples)

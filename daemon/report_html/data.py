@@ -180,7 +180,7 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
         data.carbon = window_summary(meter, grid, covered, end - start)
 
     balances = phase_balances(reader, start, end, interval, processes)
-    stacks: dict[str, dict[str, Any]] = {}
+    stacks: list[dict[str, Any]] = []
     for proc in processes:
         key = (proc["pid"], proc["start_time"])
         rates = by_process.get(key)
@@ -197,12 +197,12 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
         proc["phase_confidence"] = (
             LOW_CONFIDENCE if any(part.get("confidence") == LOW_CONFIDENCE
                                   for part in balance.values()) else HIGH_CONFIDENCE)
-        for phase, part in balance.items():
-            for stack in part.get("top_stacks") or []:
-                entry = stacks.setdefault(stack["stack_hash"], dict(
-                    stack, phase=phase, pid=proc["pid"], start_time=proc["start_time"],
-                    command=proc["command"], samples=0))
-                entry["samples"] += stack["samples"]
+        # A row per process, phase and stack, as the report's top_stacks: one line sampled
+        # in two phases (61 host_preprocess, 1 unknown) showed as one row "host_preprocess
+        # 62"; one stack of two processes counted under the first's name.
+        stacks += [dict(stack, phase=phase, pid=proc["pid"], start_time=proc["start_time"],
+                        command=proc["command"])
+                   for phase, part in balance.items() for stack in part.get("top_stacks") or []]
     data.processes = sorted(processes, key=lambda p: -(p.get("cost") or 0.0))
     # Serving latency beside each target's processes' cost (their jobs as the daemon labelled)
     latency: dict[str, Any] = {"processes": processes, "gpus": data.gpus}
@@ -212,7 +212,7 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
     names = {process_key(p["pid"], p["start_time"]): (p["pid"], p.get("command") or "")
              for p in processes}
     data.stacks = [dict(s, label=process_label(process_key(s["pid"], s["start_time"]), names))
-                   for s in sorted(stacks.values(), key=lambda s: -s["samples"])[:TOP_STACKS]]
+                   for s in sorted(stacks, key=lambda s: -s["samples"])[:TOP_STACKS]]
     events = queries.events(reader, start, end)
     data.windows = [dict(e, label=process_label(e["target"], names))
                     for e in events if e["kind"] == LOW_UTILIZATION]

@@ -222,6 +222,64 @@ def test_the_data_wait_gate_exits_with_the_gate_status_and_writes_junit(tmp_path
     assert page.index('<div class="summary">') < page.index("<h2>Burn and waste</h2>")
 
 
+# What torchrun, `accelerate launch` or a `bash -c` CI line does: starts the trainer in a child
+# and waits for it (in subprocess.py, sampled as often as the trainer).
+LAUNCHER = """import subprocess, sys
+sys.exit(subprocess.run([sys.executable, *sys.argv[1:]]).returncode)
+"""
+
+
+def samples_per_process(db: Path) -> dict[int, int]:
+    """Stack samples in a profile's store, per pid."""
+    with sqlite3.connect(db) as connection:
+        return dict(connection.execute(
+            "SELECT p.pid, count(*) FROM stack_samples s JOIN processes p ON p.id = s.proc "
+            "GROUP BY p.pid").fetchall())
+
+
+def test_a_launchers_stack_samples_are_not_counted_as_the_trainers(tmp_path):
+    """Probe 150 F2: `python launcher.py` running the trainer in a child counted the
+    launcher's samples (waiting in subprocess.py, which the phase balance leaves out) toward
+    `stack_samples`: "on 31 stack samples" where the balance rested on the trainer's 14, so the
+    data-wait gate decided where it must fail closed, and compare counted the same folder 14.
+    The count is the GPU process's, in profile.json, the gate line, the warning, summary.md
+    and compare alike."""
+    launcher = tmp_path / "launcher.py"
+    launcher.write_text(LAUNCHER)
+    out = tmp_path / "launched"
+    result = profile(out, "--simulate", "--max-data-wait", "20%", "--",
+                     sys.executable, str(launcher), STARVED, "--steps", "15")
+    assert result.returncode in (0, GATE_EXIT_STATUS), result.stderr
+    doc = document(out)
+    facts = doc["profile"]
+    per_pid = samples_per_process(out / "profile.db")
+    (trainer,) = [p["pid"] for p in doc["processes"] if p.get("gpus")]
+    (parent,) = [p["pid"] for p in doc["processes"] if "launcher.py" in p["command"]]
+    assert per_pid.get(parent, 0) > 0, per_pid  # the launcher was sampled, as the probe saw
+    samples = per_pid[trainer]
+    assert facts["stack_samples"] == samples, (facts["stack_samples"], per_pid)
+    (gate,) = facts["gates"]
+    few = [w["message"] for w in facts["warnings"] if w["code"] == "few_stack_samples"]
+    if samples < 20:
+        assert not gate["passed"] and f"on only {samples} stack samples (under 20)" in \
+            gate["message"], gate
+        assert few == [f"{samples} stack samples (under 20): the phase balance is rough"]
+    else:
+        assert gate["passed"] and f"on {samples} stack samples" in gate["message"], gate
+        assert few == []
+    assert gate["message"] in result.stderr
+    summary = (out / "summary.md").read_text()
+    assert (f"- {few[0]}" in summary) if few else ("stack samples (under" not in summary)
+    again = tmp_path / "again.json"  # (compare refuses one file as both sides)
+    again.write_text((out / "profile.json").read_text())
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-m", "daemon", "compare", str(out), str(again),
+                           "--json"], capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+                          cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["a"]["stack_samples"] == samples
+
+
 @pytest.fixture(scope="module")
 def fixed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
     out = tmp_path_factory.mktemp("fixed") / "profile"

@@ -559,3 +559,33 @@ def test_at_1200_px_long_stack_frames_and_paths_wrap_inside_their_tables(tmp_pat
                 assert box["over"] <= 0, (name, width, box)  # no table wider than its box
             assert stacks["samples_right"] <= stacks["box_right"] <= found["inner"], stacks
             assert events["snapshot_right"] <= events["box_right"] <= found["inner"], events
+
+
+def _top_stacks(page: str) -> list[list[str]]:
+    """The rows of the page's Top stacks table, each its cells' text."""
+    table = page.split("<h2>Top stacks</h2>", 1)[1].split("</table>", 1)[0]
+    rows = re.findall(r"<tr>(.*?)</tr>", table, re.S)
+    return [[re.sub(r"<[^>]+>", "", cell).strip()
+             for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)] for row in rows
+            if "<td" in row]
+
+
+def test_top_stacks_give_a_row_per_phase_of_one_line_as_the_report_does(tmp_path):
+    """Probe 150 F8: one line sampled in two phases (profile.json: 61 host_preprocess and 1
+    unknown) was one row of the page's Top stacks, "host_preprocess 62". A row per process,
+    phase and stack, each with its own count."""
+    daemon = recording_daemon(tmp_path, 5.0, ticks=30)
+    store = daemon.store
+    assert store is not None
+    frames = (("decode", "/srv/train_cpu.py", 12),)
+    facts.write_stacks(store, [facts.StackRow(
+        ts=T0 + 10 + t / 2, pid=4242, start_time=1000.5, thread_id=1, stack_hash="s1",
+        frames=frames, phase="host_preprocess" if t else "unknown", gpu_util=2.0)
+        for t in range(7)])
+    facts.write_event(store, {"kind": "low_utilization", "target": "4242:1000.500",
+                              "started_at": T0 + 9, "ended_at": T0 + 16, "cost_so_far": 0.01})
+    store.close()
+    rows = _top_stacks(render_store(tmp_path / "mlcost.db"))
+    assert [row[:4] for row in rows] == [
+        ["/srv/train_cpu.py:12", "decode", "host_preprocess", "6"],
+        ["/srv/train_cpu.py:12", "decode", "unknown", "1"]], rows
