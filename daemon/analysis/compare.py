@@ -1,9 +1,10 @@
 """Before and after: two report documents (a profile, a snapshot, a range of a store) compared
 figure by figure, each with a verdict (better, worse, within noise) whose noise is estimated from
 the documents' own timelines (a seeded block bootstrap, floored by the figure's spread over each
-run's windows, so two runs of the same code are within noise; where a run repeats a stall such as
-a blocking checkpoint, the spread of its turns from one stall to the next, floored by RUN_TO_RUN
-of the figure), and the recommendations that are new, gone or changed.
+run's windows, so two runs of the same code are within noise, both taken between a run's
+start-up and its exit; where a run repeats a stall such as a blocking checkpoint, the spread of
+its turns from one stall to the next, floored by RUN_TO_RUN of the figure), and the
+recommendations that are new, gone or changed.
 
 Pure: documents in, a document out (its shape is the `compare --json` contract in the README).
 """
@@ -147,6 +148,49 @@ class Side:
     def buckets(self) -> list[dict[str, Any]]:
         timeline = self.document.get("timeline") or {}
         return [b for b in timeline.get("buckets") or [] if isinstance(b, dict)]
+
+    @property
+    def steady_buckets(self) -> list[dict[str, Any]]:
+        """The buckets of the run's steady stretch: those after the first and before the last in
+        which one of its processes ran kernels (its SM share over 0 in the bucket, as the
+        timeline holds it). Before that stretch the command was starting up (importing, loading
+        its data, its GPU held but idle), after it the command had exited; the first and last
+        buckets with GPU work hold a part of it, by where in the bucket the work began or
+        ended (the probe's steady runs: 22 % and 49 % against 99 % in between). Each run has
+        one start-up and one exit, not a draw of its loop, so they are left out of the spread
+        a side's noise is taken over (noise_sd). A store's range that cut into a run already
+        going loses one whole bucket that way, which its spread does not miss.
+
+        All the buckets for a side that is not a run (a host's range, not narrowed to a job
+        or a command: its idle stretches are its own), for a timeline without per-process
+        figures (rollups), and when fewer than 4 would be left."""
+        buckets = self.buckets
+        stretch = self._stretch(buckets)
+        return buckets if stretch is None else buckets[stretch[0] + 1:stretch[1]]
+
+    @property
+    def edge_shares(self) -> list[float]:
+        """The shares of the side's ticks in the first and the last bucket of its GPU work
+        (steady_buckets), each holding a part of a bucket's work by chance; [] where all its
+        buckets are its steady stretch."""
+        buckets = self.buckets
+        stretch = self._stretch(buckets)
+        total = math.fsum(bucket_ticks(b) for b in buckets)
+        return [] if stretch is None or total <= 0 else [
+            bucket_ticks(buckets[i]) / total for i in stretch]
+
+    def _stretch(self, buckets: list[dict[str, Any]]) -> tuple[int, int] | None:
+        """The indexes of the first and the last bucket with the run's GPU work, more than 4
+        buckets apart (steady_buckets); None when the side is not a run or they are not
+        known."""
+        if not (self.profile or self.job is not None or self.command is not None):
+            return None
+        keys = self.keys
+        working = [i for i, bucket in enumerate(buckets)
+                   if isinstance(procs := bucket.get("processes"), dict)
+                   and any(isinstance(p := procs.get(key), dict) and _finite(p.get("sm_share"))
+                           and p["sm_share"] > 0 for key in keys)]
+        return (working[0], working[-1]) if working and working[-1] - working[0] > 4 else None
 
     @property
     def bucket_s(self) -> float:
@@ -353,7 +397,9 @@ def turns_sd(items: Sequence[Any], stat: Stat, turns: Sequence[tuple[int, int]])
 
 
 def noise_sd(items: Sequence[Any], stat: Stat, rng: random.Random,
-             levels: Sequence[float] | None = None) -> float | None:
+             levels: Sequence[float] | None = None,
+             steady: Sequence[Any] | None = None,
+             edges: Sequence[float] | None = None, idle: float = 0.0) -> float | None:
     """A side's noise for the figure `stat` of its buckets.
 
     The block bootstrap's spread (how well the run pins its own figure down), but never less
@@ -369,8 +415,21 @@ def noise_sd(items: Sequence[Any], stat: Stat, rng: random.Random,
     then the standard error over the run's turns, from one stall to the next, and never less
     than RUN_TO_RUN of the figure: what another run meets that no turn of this one shows.
 
+    `steady`: the items of the run's steady stretch (Side.steady_buckets), when its start-up
+    and exit are left out. The bootstrap and the windows are then taken over those: a run
+    has one start-up and one exit, and resampled or cut into windows they made the spread of
+    a run that never moved (99 % utilization from its second bucket to its last but one) ±6
+    points, so that 95 % -> 77 % read within noise. What the edges do differ by from one run
+    to the next (where in its bucket the first and the last GPU work fell, how long the
+    start-up took) is added to it: `edges`, the shares of the figure's ticks in the first
+    and the last bucket of its GPU work, each of which may have held anything from the
+    steady stretch's figure to `idle`'s, the figure with no work (0 % utilization, the whole
+    price wasted), by where in it the work began or ended: a uniform spread, their difference
+    / sqrt(12) times the share.
+
     None when it cannot be told (too few buckets)."""
-    boot = block_bootstrap_sd(items, stat, rng)  # drawn either way: the next figure's draws
+    inner = items if steady is None or len(steady) < 4 else steady
+    boot = block_bootstrap_sd(inner, stat, rng)  # drawn either way: the next figure's draws
     value = stat(items)
     size = abs(value) if value is not None and math.isfinite(value) else 0.0
     turns = stall_turns(levels) if levels is not None and len(levels) == len(items) else None
@@ -378,8 +437,13 @@ def noise_sd(items: Sequence[Any], stat: Stat, rng: random.Random,
         spread = turns_sd(items, stat, turns)
         if spread is not None and size:
             return max(spread, RUN_TO_RUN * size)
-    floor = window_sd(items, stat)
-    return None if boot is None or floor is None else max(boot, floor, STEADY_RUN_TO_RUN * size)
+    floor = window_sd(inner, stat)
+    if boot is None or floor is None:
+        return None
+    held = stat(inner) if edges and inner is not items else None
+    span = abs(held - idle) if held is not None and math.isfinite(held) else 0.0
+    chance = span / math.sqrt(12) * math.sqrt(math.fsum(w * w for w in edges or ()))
+    return math.hypot(max(boot, floor, STEADY_RUN_TO_RUN * size), chance)
 
 
 def verdict(a: float | None, b: float | None, sd_a: float | None, sd_b: float | None,
@@ -419,6 +483,10 @@ def weighted_mean(series: Sequence[Weighted]) -> float | None:
 # -- the figures of one side --------------------------------------------------------------
 
 
+def _of(side: Side, buckets: Sequence[dict[str, Any]] | None) -> Sequence[dict[str, Any]]:
+    return side.buckets if buckets is None else buckets
+
+
 def bucket_ticks(bucket: dict[str, Any]) -> float:
     """How many ticks a timeline bucket holds (its `samples`; 1 in a document without): the
     first and last buckets of a run hold a part, and a per-hour figure that counted them as
@@ -429,10 +497,12 @@ def bucket_ticks(bucket: dict[str, Any]) -> float:
         ticks, bool) and ticks > 0 else 1.0
 
 
-def utilization_series(side: Side) -> list[Weighted]:
-    """Per bucket: (mean utilization (%) over the GPUs the side's processes held, its ticks);
-    their weighted mean is the report's utilization over the same ticks."""
-    return [(value, bucket_ticks(bucket)) for bucket in side.buckets
+def utilization_series(side: Side, buckets: Sequence[dict[str, Any]] | None = None
+                       ) -> list[Weighted]:
+    """Per bucket (of `buckets`, else all the side's): (mean utilization (%) over the GPUs the
+    side's processes held, its ticks); their weighted mean is the report's utilization over
+    the same ticks."""
+    return [(value, bucket_ticks(bucket)) for bucket in _of(side, buckets)
             if (value := bucket_utilization(side, bucket)) is not None]
 
 
@@ -462,18 +532,20 @@ def bucket_cost(side: Side, bucket: dict[str, Any]) -> float | None:
     return None
 
 
-def cost_series(side: Side) -> list[Weighted]:
+def cost_series(side: Side, buckets: Sequence[dict[str, Any]] | None = None) -> list[Weighted]:
     """Per bucket that knows it: (what the side burns in $/h, its ticks)."""
-    return [(v, bucket_ticks(b)) for b in side.buckets if (v := bucket_cost(side, b)) is not None]
+    return [(v, bucket_ticks(b)) for b in _of(side, buckets)
+            if (v := bucket_cost(side, b)) is not None]
 
 
-def wasted_series(side: Side) -> list[Weighted]:
+def wasted_series(side: Side, buckets: Sequence[dict[str, Any]] | None = None
+                  ) -> list[Weighted]:
     """Per bucket: (wasted $/h of the side's GPUs (price x (1 - utilization), idle GPUs
     whole), its ticks), at the bucket's own price (the price charged then), else at the
     side's (a document from before buckets carried theirs)."""
     whole = (side.document.get("burn") or {}).get("price_per_gpu")
     out = []
-    for bucket in side.buckets:
+    for bucket in _of(side, buckets):
         per_gpu = bucket.get("price_per_gpu", whole)
         if not isinstance(per_gpu, int | float):
             continue
@@ -483,6 +555,15 @@ def wasted_series(side: Side) -> list[Weighted]:
             out.append((math.fsum(gpu_wasted_per_hour(float(per_gpu), u)
                                   for u in utils if u is not None), bucket_ticks(bucket)))
     return out
+
+
+def idle_wasted(side: Side) -> float:
+    """What the side's GPUs waste per hour idle: their price, whole (its edge buckets', else
+    its own)."""
+    found = [b.get("price_per_gpu") for b in side.buckets]
+    prices = [float(v) for v in found if _finite(v)] or [
+        v for v in [price_per_gpu_hour(side.document)] if v is not None]
+    return max(prices, default=0.0) * len(side.gpus)
 
 
 def phase_shares(side: Side) -> dict[str, float]:
@@ -638,9 +719,11 @@ def phase_noise(side: Side, phase: str, fractions: list[dict[str, float]],
 
 
 def _relative_sd(series: Sequence[Any], rng: random.Random, stat: Stat = _mean,
-                 levels: Sequence[float] | None = None) -> float | None:
+                 levels: Sequence[float] | None = None,
+                 steady: Sequence[Any] | None = None,
+                 edges: Sequence[float] | None = None) -> float | None:
     mean = stat(list(series))
-    sd = noise_sd(series, stat, rng, levels)
+    sd = noise_sd(series, stat, rng, levels, steady, edges)
     if sd is None or not mean:
         return None
     return sd / abs(mean)
@@ -682,14 +765,33 @@ def _levels(series: Sequence[Weighted]) -> list[float]:
     return [value for value, _ in series]
 
 
-def _series_figure(name: str, label: str, unit: str, higher: bool, a: Sequence[Weighted],
-                   b: Sequence[Weighted], rng: random.Random, by_level: bool = False) -> _Figure:
-    """A figure of two series of (value, ticks) per bucket; `by_level`: the values are what a
-    repeating stall dips (utilization), and its turns are found from them (noise_sd)."""
-    return _Figure(name, label, unit, weighted_mean(a), weighted_mean(b),
-                   noise_sd(a, weighted_mean, rng, _levels(a) if by_level else None),
-                   noise_sd(b, weighted_mean, rng, _levels(b) if by_level else None), higher,
+Builder = Callable[[Side, Sequence[dict[str, Any]] | None], list[Weighted]]
+
+
+def _series_figure(name: str, label: str, unit: str, higher: bool, series: Builder, a: Side,
+                   b: Side, rng: random.Random, by_level: bool = False,
+                   idle: Callable[[Side], float | None] = lambda side: 0.0) -> _Figure:
+    """A figure of a series of (value, ticks) per bucket of each side, its noise over the
+    side's steady stretch (noise_sd); `by_level`: the values are what a repeating stall dips
+    (utilization), and its turns are found from them; `idle`: the figure in a bucket of the
+    side without its work (None: its edge buckets hold what the others do)."""
+    sds = []
+    for side in (a, b):
+        items = series(side, None)
+        without = idle(side)
+        sds.append(noise_sd(items, weighted_mean, rng, _levels(items) if by_level else None,
+                            _steady(side, series), None if without is None else side.edge_shares,
+                            without or 0.0))
+    return _Figure(name, label, unit, weighted_mean(series(a, None)),
+                   weighted_mean(series(b, None)), sds[0], sds[1], higher,
                    "bootstrap over timeline buckets")
+
+
+def _steady(side: Side, series: Callable[[Side, Any], list[Any]]) -> list[Any] | None:
+    """The series over the side's steady stretch (Side.steady_buckets), None when that is all
+    of its buckets."""
+    steady = side.steady_buckets
+    return None if len(steady) == len(side.buckets) else series(side, steady)
 
 
 def _phase_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
@@ -859,7 +961,8 @@ def _per_step_figure(a: Side, b: Side, rng: random.Random) -> _Figure | None:
             sources.append("bootstrap over steps per bucket")
         else:
             util = utilization_series(side)
-            rel = _relative_sd(util, rng, weighted_mean, _levels(util))
+            rel = _relative_sd(util, rng, weighted_mean, _levels(util),
+                               _steady(side, utilization_series), side.edge_shares)
             sds.append(None if rel is None else value * rel)
             sources.append("GPU utilization buckets (no step times)")
     return _Figure("cost_per_1k_steps", "cost per 1k steps", "$", values[0] * 1000,
@@ -880,8 +983,11 @@ def _unit_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
                     found[f"{per} {meter.get('unit') or 'units'}"] = float(meter["unit_cost"])
         return found
     ua, ub = units(a), units(b)
-    util = {"a": utilization_series(a), "b": utilization_series(b)}
-    rel = {k: _relative_sd(util[k], rng, weighted_mean, _levels(util[k])) for k in util}
+    sides = {"a": a, "b": b}
+    util = {k: utilization_series(side) for k, side in sides.items()}
+    rel = {k: _relative_sd(util[k], rng, weighted_mean, _levels(util[k]),
+                           _steady(sides[k], utilization_series), sides[k].edge_shares)
+           for k in util}
     return [_Figure(f"unit_cost.{name}", f"cost per {name}", "$", ua[name], ub[name],
                     None if rel["a"] is None else ua[name] * rel["a"],
                     None if rel["b"] is None else ub[name] * rel["b"], False,
@@ -933,13 +1039,13 @@ def memory_peak(side: Side) -> float | None:
     return max(peaks) / 2**30 if peaks else None
 
 
-def gpu_series(side: Side, metric: str,
-               combine: Callable[[list[float]], float]) -> list[float]:
+def gpu_series(side: Side, metric: str, combine: Callable[[list[float]], float],
+               buckets: Sequence[dict[str, Any]] | None = None) -> list[float]:
     """Per bucket: `metric` of the side's GPUs in the timeline, combined (summed, the
     largest); buckets where none of them has it (recorded before the timeline carried it, no
     reading) give none."""
     out = []
-    for bucket in side.buckets:
+    for bucket in _of(side, buckets):
         gpus = bucket.get("gpus") or {}
         values = [float(v) for i in side.gpus
                   if isinstance(v := (gpus.get(str(i)) or {}).get(metric), int | float)
@@ -949,9 +1055,9 @@ def gpu_series(side: Side, metric: str,
     return out
 
 
-def memory_series(side: Side) -> list[float]:
+def memory_series(side: Side, buckets: Sequence[dict[str, Any]] | None = None) -> list[float]:
     """Per bucket: the memory of the side's fullest GPU, GiB (the bucket's mean per GPU)."""
-    return gpu_series(side, "memory_used_bytes", lambda held: max(held) / 2**30)
+    return gpu_series(side, "memory_used_bytes", lambda held: max(held) / 2**30, buckets)
 
 
 def _most(values: Sequence[float]) -> float | None:
@@ -967,15 +1073,16 @@ def _memory_figure(a: Side, b: Side, rng: random.Random) -> _Figure | None:
     if peaks == (None, None):
         return None
     return _Figure("gpu_memory_peak", "peak GPU memory", "GiB", peaks[0], peaks[1],
-                   noise_sd(memory_series(a), _most, rng), noise_sd(memory_series(b), _most, rng),
+                   noise_sd(memory_series(a), _most, rng, None, _steady(a, memory_series)),
+                   noise_sd(memory_series(b), _most, rng, None, _steady(b, memory_series)),
                    False, "bootstrap over the timeline buckets' largest GPU memory",
                    in_overall=False)
 
 
-def power_series(side: Side) -> list[float]:
+def power_series(side: Side, buckets: Sequence[dict[str, Any]] | None = None) -> list[float]:
     """Per bucket: the watts the side's GPUs drew (the timeline's per-GPU power; buckets of a
     document recorded before it had power, or GPUs without a reading, give none)."""
-    return gpu_series(side, "power_watts", math.fsum)
+    return gpu_series(side, "power_watts", math.fsum, buckets)
 
 
 def side_energy(side: Side) -> tuple[float | None, float | None, float | None]:
@@ -1012,8 +1119,10 @@ def _energy_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
     energy = {"a": side_energy(a), "b": side_energy(b)}
     if all(e[0] is None for e in energy.values()):
         return []
-    power = {"a": power_series(a), "b": power_series(b)}
-    rel = {k: _relative_sd(power[k], rng, levels=power[k]) for k in power}
+    sides = {"a": a, "b": b}
+    power = {k: power_series(side) for k, side in sides.items()}
+    rel = {k: _relative_sd(power[k], rng, levels=power[k], steady=_steady(sides[k], power_series),
+                           edges=sides[k].edge_shares) for k in power}
     why = None if None not in rel.values() else (
         "no per-bucket GPU power in a side's timeline: shown side by side, no verdict")
 
@@ -1193,13 +1302,14 @@ def compare(a: Side, b: Side, seed: int = SEED) -> dict[str, Any]:
     """The `compare --json` document: both sides described, the figures with verdicts, the
     recommendation changes and the overall verdict."""
     rng = random.Random(seed)
-    util_a, util_b = utilization_series(a), utilization_series(b)
-    figures = [_series_figure("utilization", "GPU utilization", "%", True, util_a, util_b, rng,
-                              by_level=True),
-               _series_figure("cost_per_hour", "cost per hour", "$/h", False, cost_series(a),
-                              cost_series(b), rng),
+    figures = [_series_figure("utilization", "GPU utilization", "%", True, utilization_series,
+                              a, b, rng, by_level=True),
+               # a run's processes are charged by the tick they held a GPU: a bucket they held
+               # it part of is charged at the same rate
+               _series_figure("cost_per_hour", "cost per hour", "$/h", False, cost_series, a, b,
+                              rng, idle=lambda side: None),
                _series_figure("wasted_per_hour", "wasted per hour", "$/h", False,
-                              wasted_series(a), wasted_series(b), rng)]
+                              wasted_series, a, b, rng, idle=idle_wasted)]
     per_step = _per_step_figure(a, b, rng)
     if per_step is not None:
         figures.append(per_step)
@@ -1230,7 +1340,9 @@ def compare(a: Side, b: Side, seed: int = SEED) -> dict[str, Any]:
                    f"block-bootstrap resamples of its timeline buckets (blocks of ~sqrt(n) "
                    f"buckets, seed {seed}), at least its spread over the run's windows of "
                    f"~sqrt(n) buckets (between-run variation) and {STEADY_RUN_TO_RUN:.0%} of "
-                   f"the figure; where the run repeats a stall "
+                   f"the figure, both over a run's buckets after its first bucket of GPU work "
+                   f"and before its last (its start-up and exit left out; what those two "
+                   f"partial buckets may hold by chance added); where the run repeats a stall "
                    f"such as a checkpoint (its GPU utilization dips at regular intervals), the "
                    f"spread of its turns from one stall to the next, scaled to the run, and at "
                    f"least {RUN_TO_RUN:.1%} of the figure; cost per step: of the buckets "

@@ -297,27 +297,18 @@ def _side_lines(name: str, side: dict[str, Any]) -> list[str]:
     return out
 
 
-LABEL_MAX_CHARS = 79  # of a figure's label (a longer one than 20 goes on a line of its own)
+LABEL_MAX_CHARS = 79  # of a figure's label (one longer than its column can be: on its own line)
+# The table's columns: the label's at least this wide, each figure's this wide where that fits.
+LABEL_COLUMN = 20
+FIGURE_COLUMN = 10
+FIGURE_HEADERS = ("before", "after", "change", "noise")
 
 
 def render_text(result: dict[str, Any]) -> str:
     """The comparison for a terminal: 80 columns, text from the inputs made safe."""
     out = ["mlcost compare", *_side_lines("A (before)", result["a"]),
            *_side_lines("B (after)", result["b"]), ""]
-    # 79 columns with the longest verdict, "within noise*"
-    header = f"{'':<20} {'before':>10} {'after':>10} {'change':>10} {'noise':>10}  verdict"
-    out.append(header)
-    for fig in result["figures"]:
-        unit = fig["unit"]
-        noise = change_text(fig.get("noise"), unit, False)
-        noise = noise if noise == "-" else "±" + noise
-        label = one_line(fig["label"])[:LABEL_MAX_CHARS]
-        if len(label) > 20:  # ("host_preprocess share"): on a line of its own, never cut
-            out.append(label)
-            label = ""
-        out.append(f"{label:<20} {figure_text(fig['a'], unit):>10} "
-                   f"{figure_text(fig['b'], unit):>10} {change_text(fig.get('change'), unit):>10} "
-                   f"{noise:>10}  {analysis.shown_verdict(fig)}")
+    out += _table(result["figures"])
     if any(fig.get("in_overall", True) is False for fig in result["figures"]):
         out += _wrap(analysis.NOT_COUNTED_NOTE, "  ")
     for why in sorted({str(f["why"]) for f in result["figures"] if f.get("noise_from") ==
@@ -349,6 +340,51 @@ def render_text(result: dict[str, Any]) -> str:
                        f"({analysis.verdict_counts(result['figures'])})", "    "), ""]
     out += _wrap(result["method"])
     return lines("\n".join(_fit(out)) + "\n")
+
+
+def _table(figures: list[dict[str, Any]]) -> list[str]:
+    """The figures' table, under WIDTH columns: the label's column as wide as its longest label
+    ("host_preprocess share", 21, printed on a line of its own before), the figures' columns
+    10 wide, narrowed a character at a time (the one with the most room first, none under its
+    widest figure) where the label needs it; a label that does not fit even so goes on a line
+    of its own, its figures under it (never cut)."""
+    rows = []
+    for fig in figures:
+        unit = fig["unit"]
+        noise = change_text(fig.get("noise"), unit, False)
+        rows.append((one_line(fig["label"])[:LABEL_MAX_CHARS],
+                     (figure_text(fig["a"], unit), figure_text(fig["b"], unit),
+                      change_text(fig.get("change"), unit),
+                      noise if noise == "-" else "±" + noise),
+                     analysis.shown_verdict(fig)))
+    verdict = max([len(v) for _, _, v in rows] + [len("verdict")])
+    longest = max([len(label) for label, _, _ in rows] + [LABEL_COLUMN])
+    figure_widths = [FIGURE_COLUMN] * len(FIGURE_HEADERS)
+
+    def room(widths: list[int]) -> int:  # what is left for the label: its space and the
+        return WIDTH - 1 - sum(w + 1 for w in widths) - 2 - verdict  # verdict's two
+
+    least = [max([len(head)] + [len(cells[k]) for _, cells, _ in rows])
+             for k, head in enumerate(FIGURE_HEADERS)]
+    while longest > room(figure_widths):
+        slack, k = max((w - n, k) for k, (w, n) in enumerate(zip(figure_widths, least,
+                                                                 strict=True)))
+        if slack <= 0:
+            break
+        figure_widths[k] -= 1
+    width = max(LABEL_COLUMN, min(longest, room(figure_widths)))
+
+    def line(label: str, cells: tuple[str, ...], said: str) -> str:
+        shown = " ".join(f"{cell:>{w}}" for cell, w in zip(cells, figure_widths, strict=True))
+        return f"{label:<{width}} {shown}  {said}".rstrip()
+
+    out = [line("", FIGURE_HEADERS, "verdict")]
+    for label, cells, said in rows:
+        if len(label) > width:  # on a line of its own, never cut
+            out.append(label)
+            label = ""
+        out.append(line(label, cells, said))
+    return out
 
 
 def _wrap(text: str, indent: str = "") -> list[str]:

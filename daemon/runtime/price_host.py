@@ -73,13 +73,19 @@ def price_host(config: Config, simulated_instance: dict[str, Any] | None,
                ) -> tuple[HostPrice, Any, dict[str, Any]]:
     """(the host's price, the catalog, the instance as recorded in the host meta). Blocking:
     detection may probe a metadata endpoint, so run it in a thread. `log_warning`: log a
-    price that may be stale (`mlcostd check` shows it as a check of its own instead)."""
+    price that may be stale (`mlcostd check` shows it as a check of its own instead). On a
+    simulated host priced as its scenario's instance (`--simulate`, no [instance] of the
+    config) it is logged at debug level only: the scenario's catalog row is what the
+    simulation charges, not a price anyone pays, and `mlcostd profile --simulate` in every CI
+    run printed a WARNING to refresh the real cloud's price. It is still the price's
+    `warning` (reports, /v1/now, mlcost-top's header), and `mlcostd check` still says it."""
     from pricing.detect import detect
 
     wanted = config.instance
     override: dict[str, Any] = {
         k: v for k, v in (("provider", wanted.provider), ("type", wanted.type),
                           ("region", wanted.region), ("lifecycle", wanted.lifecycle)) if v}
+    simulated = bool(simulated_instance) and not override
     if simulated_instance and not override:
         override = {k: v for k, v in simulated_instance.items() if k != "source"}
     instance = detect(override or None)
@@ -93,7 +99,8 @@ def price_host(config: Config, simulated_instance: dict[str, Any] | None,
     log.info("price: $%.4f/h for the host (%s)", price.per_hour, price.source)
     warning = price_warning(price, catalog)
     if warning is not None and log_warning:
-        log.warning("price: %s", warning.message)
+        log.log(logging.DEBUG if simulated else logging.WARNING, "price: %s%s", warning.message,
+                " (the simulated instance's catalog price)" if simulated else "")
     price = _annotate(price, warning="" if warning is None else warning.message,
                       electricity_per_kwh=wanted.electricity_per_kwh or None)
     # (a managed price's source is the cache's; the catalog's are redacted as loaded)

@@ -280,13 +280,29 @@ def test_phase_shares_from_few_stack_samples_are_inconclusive_not_worse():
     assert _figure(many, "phase.data_wait")["verdict"] == compare.WORSE
 
 
-def test_a_label_longer_than_its_column_is_shown_whole_on_a_line_of_its_own():
-    """`host_preprocess share` read `host_preprocess shar` (probe 120 F18)."""
+def test_a_label_longer_than_its_column_is_shown_whole_on_its_figures_line():
+    """`host_preprocess share` read `host_preprocess shar` (probe 120 F18), then stood on a
+    line of its own with its figures on the next (probe 150 F9): the label's column is as
+    wide as its longest label, the figures' narrowed to make room, within 80 columns, the
+    longest verdict ("within noise*") included. A label no column can hold (a latency's long
+    target) is still shown whole, on a line of its own."""
     result = compare.compare(_sampled_run(10, 30, "a"), _sampled_run(10, 30, "b"))
-    figure = dict(result["figures"][0], label="host_preprocess share")
-    result["figures"] = [figure, *result["figures"]]
+    figure = dict(_figure(result, "phase.data_wait"), label="host_preprocess share")
+    marked = dict(figure, label="kWh per hour", verdict=compare.NOISE, in_overall=False)
+    result["figures"] = [figure, marked, *result["figures"]]  # the widest verdict: marked
     lines = compare_command.render_text(result).splitlines()
-    at = lines.index("host_preprocess share")
+    row = next(line for line in lines if line.startswith("host_preprocess share"))
+    assert re.fullmatch(r"host_preprocess share +\S+ +\S+ +\S+ pt +±\S+ pt  \S.*", row), row
+    assert "host_preprocess share" not in lines  # not alone on its line
+    assert any(line.endswith("within noise*") for line in lines)
+    assert all(len(line) < 80 for line in lines)
+    header = next(line for line in lines if line.endswith("verdict"))
+    assert header.index("before") + len("before") == row.index(row.split()[2]) + len(
+        row.split()[2])  # the columns line up under their heads
+    long = "p99 latency of inference-server-7f9c tokens_per_request_seconds"
+    result["figures"] = [dict(figure, label=long), *result["figures"]]
+    lines = compare_command.render_text(result).splitlines()
+    at = lines.index(long)
     assert lines[at + 1].startswith(" " * 20) and lines[at + 1].strip()  # its figures below
     assert all(len(line) < 80 for line in lines)
 

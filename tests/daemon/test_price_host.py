@@ -93,6 +93,31 @@ def test_a_pre_cut_bundled_price_warns_with_the_refresh_command(tmp_path):
     assert as_json is not None and as_json["refresh_command"] in as_json["message"]
 
 
+def test_a_stale_price_is_logged_as_a_warning_on_a_real_host_only(tmp_path, caplog):
+    """Every `mlcostd profile --simulate` printed `WARNING price: aws/us-east-1/g5.xlarge
+    on-demand price $1.006/h may be wrong: its date is unknown; run mlcostd prices --refresh
+    aws ...`: advice to refresh a real cloud's price for a simulated host, in every CI run
+    that uses the simulation (probe 150 F9). A simulated instance's price is said at debug
+    level; the same instance configured on a real host still warns, and the price carries
+    its warning either way (reports, /v1/now, mlcost-top's header)."""
+    g5 = {"provider": "aws", "type": "g5.xlarge", "region": "us-east-1"}
+    with caplog.at_level("DEBUG", logger=price_host.log.name):
+        simulated, _, _ = price_host.price_host(
+            make_config(tmp_path), {**g5, "lifecycle": "on-demand", "source": "simulated"}, 1)
+    said = [r for r in caplog.records if "may be wrong" in r.getMessage()]
+    assert [r.levelname for r in said] == ["DEBUG"], caplog.text
+    assert "--refresh aws" in simulated.warning
+    caplog.clear()
+    with caplog.at_level("DEBUG", logger=price_host.log.name):
+        real, _, _ = price_host.price_host(make_config(tmp_path, instance=g5), None, 1)
+        # a simulated host whose [instance] the config names is priced as that instance
+        configured, _, _ = price_host.price_host(make_config(tmp_path, instance=g5),
+                                                 {**g5, "source": "simulated"}, 1)
+    said = [r for r in caplog.records if "may be wrong" in r.getMessage()]
+    assert [r.levelname for r in said] == ["WARNING", "WARNING"], caplog.text
+    assert real.warning == simulated.warning == configured.warning
+
+
 def test_a_dated_bundled_price_goes_stale_after_90_days(tmp_path):
     config = make_config(tmp_path, instance=P5)
     price, catalog, _ = price_host.price_host(config, None, 8)
