@@ -6,7 +6,6 @@ details at an early tick, then steps to later ones: the screen reads as one open
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from daemon.replay import Replay
 from mlcost_tui.app import MlcostTop
 from mlcost_tui.panels.processes import ProcessPanel
 from mlcost_tui.screens.details import DetailsScreen
+from tests.tui.replaying import step_to, vacuum_into
 
 IDLE_CONFIG = {  # the idle notebook's advice within seconds, evaluated every 5 s
     "idle": {"gpu_held_after": "10s", "gpu_unheld_after": "10s", "host_after": "10s"},
@@ -35,11 +35,7 @@ def recording(mlcostd, tmp_path_factory) -> Path:
          explain=daemon.log_tail)
     assert daemon.stop() == 0, daemon.log_tail()
     copy = tmp_path_factory.mktemp("follow") / "copy.db"
-    source = sqlite3.connect(daemon.db)
-    try:
-        source.execute("VACUUM INTO ?", (str(copy),))
-    finally:
-        source.close()
+    vacuum_into(daemon.db, copy)
     return copy
 
 
@@ -68,14 +64,8 @@ async def test_a_process_details_follow_the_replay_stepped_under_them(recording)
         assert notebook(replay.state_at(early)) is None  # no advice yet at the early tick
         app = MlcostTop([], poll=False, replay=replay)
         async with app.run_test(size=(120, 40)) as pilot:
-            control = app.replay_control
-            assert control is not None
-
             async def goto(ts: float) -> None:
-                control.goto(times.index(ts))
-                await pilot_wait_for(pilot, lambda: app.now is not None and app.now.ts == ts,
-                                     what=f"the recorded tick at {ts}")
-                await pilot.pause()
+                await step_to(app, pilot, times, ts)
 
             async def open_details() -> tuple[str, str]:
                 panel = app.query_one(ProcessPanel)

@@ -9,8 +9,6 @@ replays its store."""
 from __future__ import annotations
 
 import json
-import sqlite3
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +20,7 @@ from mlcost_tui import format as fmt
 from mlcost_tui.app import MlcostTop
 from mlcost_tui.panels.recommendations import RecommendationTable
 from mlcost_tui.screens.details import DetailsScreen
+from tests.tui.replaying import step_to, vacuum_into
 
 IDLE_CONFIG = {  # advice about the idle notebook within seconds, evaluated every 5 s
     "idle": {"gpu_held_after": "10s", "gpu_unheld_after": "10s", "host_after": "10s"},
@@ -62,14 +61,6 @@ def recording(mlcostd, tmp_path_factory) -> dict[str, Any]:
     return {"db": copy, "id": first["id"]}
 
 
-def vacuum_into(db: Path, copy: Path) -> None:
-    source = sqlite3.connect(db)
-    try:
-        source.execute("VACUUM INTO ?", (str(copy),))
-    finally:
-        source.close()
-
-
 def recorded(replay: Replay, rec_id: str) -> dict[float, dict[str, Any]]:
     """The advice at each recorded tick that has it."""
     found = {}
@@ -108,14 +99,8 @@ async def test_stepping_under_a_recommendations_details_moves_it_and_the_main_sc
         late = max(ts for ts in having if figures(recs[ts]) != figures(recs[early]))
         app = MlcostTop([], poll=False, replay=replay)
         async with app.run_test(size=(80, 24)) as pilot:
-            control = app.replay_control
-            assert control is not None
-
             async def goto(ts: float) -> None:
-                control.goto(times.index(ts))
-                await pilot_wait_for(pilot, lambda: app.now is not None and app.now.ts == ts,
-                                     what=f"the recorded tick at {ts}")
-                await pilot.pause()
+                await step_to(app, pilot, times, ts)
 
             async def open_details() -> str:
                 table = app.query_one(RecommendationTable)
