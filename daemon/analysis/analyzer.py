@@ -217,20 +217,9 @@ class Analyzer:
 
     def inputs(self) -> tuple[list[WindowTick], list[Event]]:
         """A copy of what the rules read, taken where the ticks run (cheap), so `analyze` can
-        run in another thread while ticks go on. The window reaches the latest tick: the ticks
-        since the last window tick (up to window_step_s of them) are one more, as the next
-        window tick will hold them. The phase balances the rules read run to the round's end;
-        a window that stopped at its last 5-s tick read "spends 78% of its last 46 s" beside
-        the evidence's `window.seconds` 42 (probe 150 F9)."""
+        run in another thread while ticks go on."""
         with self.lock:
-            ticks = list(self.window)
-            latest, current = self.latest_sample, self.latest
-            if ticks and latest is not None and current is not None \
-                    and latest.ts > ticks[-1].ts:
-                tail = window_tick(latest, current, ticks[-1], self._step)
-                # (its peak is the step's own dict, which the ticks after this go on filling)
-                ticks.append(replace(tail, peak_util=dict(tail.peak_util)))
-            return ticks, list(self.budgets.events())
+            return list(self.window), list(self.budgets.events())
 
     def analyze(self, inputs: tuple[list[WindowTick], list[Event]],
                 phase_balances: Mapping[Any, Any] | None = None,
