@@ -236,10 +236,12 @@ class Tools:
         if not 1 <= limit <= MAX_RECOMMENDATIONS:
             raise ToolFailure(f"limit={limit} must be between 1 and {MAX_RECOMMENDATIONS}")
         now = await self._ask("now_raw")
-        recs = sorted(now.get("recommendations") or [],
-                      key=lambda r: -(r.get("savings_per_month") or 0))
+        # /v1/now's order (the savings order mlcost-top shows: largest combined share first),
+        # never re-sorted by the standalone figures: those overlap and add up past the bill.
+        recs = [r for r in now.get("recommendations") or [] if isinstance(r, dict)]
         return bounded({"count": len(recs), "shown": min(limit, len(recs)),
                         "savings": now.get("savings"),
+                        "how": SAVINGS_HOW,
                         "recommendations": [_recommendation(r) for r in recs[:limit]]})
 
     async def report(self, since: str = "1h", until: str | None = None) -> dict[str, Any]:
@@ -336,12 +338,25 @@ def _verdict(gpu: dict[str, Any], holders: list[dict[str, Any]]) -> str:
 def _recommendation(rec: dict[str, Any]) -> dict[str, Any]:
     action = rec.get("action") or {}
     return {"id": rec.get("id"), "rule": rec.get("rule"), "target": rec.get("target"),
-            "summary": rec.get("summary"), "savings_per_month": rec.get("savings_per_month"),
+            "summary": rec.get("summary"),
+            # its share after the ones before it in the savings order: these add up
+            "combined_savings_per_month": rec.get("combined_savings_per_month"),
+            "savings_order": rec.get("savings_order"),
+            # what it would save on its own: these overlap and do not add up
+            "standalone_savings_per_month": rec.get("savings_per_month"),
+            "savings_scope": rec.get("savings_scope"),
             "method": rec.get("method"), "evidence": rec.get("evidence"),
             "confidence": rec.get("confidence"), "preliminary": rec.get("preliminary"),
             "status": rec.get("status"),
             "what_to_do": {"kind": action.get("kind"), "text": action.get("text"),
                            "file": action.get("file"), "patch": action.get("patch")}}
+
+
+SAVINGS_HOW = ("recommendations come in the savings order (as /v1/now and mlcost-top): "
+               "combined_savings_per_month is each one's share after those before it, so the "
+               "combined figures add up (to savings.potential_per_month, never past the bill); "
+               "standalone_savings_per_month is what one saves on its own: they overlap, so "
+               "the standalone figures do not add up")
 
 
 REPORT_KEYS = ("window", "host", "price", "cost", "burn", "review", "gpus", "recommendations",
@@ -402,9 +417,13 @@ def build_server(tools: Tools) -> MCPServer:
 
     @server.tool(annotations=read_only)
     async def recommendations(limit: int = 5) -> dict[str, Any]:
-        """The top `limit` (1-20) standing recommendations by savings per month, each with its
-        evidence (signal, threshold, window, phases, stacks), the savings method, and what to
-        do (a patch, commands or an action the operator takes in mlcost-top)."""
+        """The top `limit` (1-20) standing recommendations in the savings order mlcost-top and
+        /v1/now use, each with its evidence (signal, threshold, window, phases, stacks), the
+        savings method, and what to do (a patch, commands or an action the operator takes in
+        mlcost-top). Money: combined_savings_per_month is a recommendation's share after the
+        ones before it, so the combined figures add up (to savings.potential_per_month, never
+        past the bill); standalone_savings_per_month is what it saves on its own, and the
+        standalone figures do not add up (they overlap: quote the combined one)."""
         return await answer(tools.recommendations(limit))
 
     @server.tool(annotations=read_only)

@@ -93,7 +93,8 @@ def conversation(demo) -> dict[str, Any]:
              ("report", {"since": "15s"}), ("compare", {"before": "10s-ago/5s", "after": "5s"}),
              ("why_idle", {"gpu": 99}), ("report", {"since": "soon"}),
              ("compare", {"before": str(demo.folder / "mlcost.db"), "after": "10s"}),
-             ("compare", {"before": "10s", "after": "10s"})]
+             ("compare", {"before": "10s", "after": "10s"}),
+             ("recommendations", {"limit": 20})]
     tools, results = converse(demo.socket, calls)
     after = demo.now()
     return {"tools": tools, "results": dict(zip([f"{n}{i}" for i, (n, _) in enumerate(calls)],
@@ -144,9 +145,34 @@ def test_recommendations_are_the_daemons_own_by_savings_with_evidence_and_what_t
         # the figures in a summary move with every evaluation; what it is about does not
         assert (rec["rule"], rec["target"]) == (standing[rec["id"]]["rule"],
                                                 standing[rec["id"]]["target"])
-        assert rec["evidence"] and rec["what_to_do"]["kind"] and rec["savings_per_month"] > 0
-    savings = [r["savings_per_month"] for r in recs["recommendations"]]
-    assert savings == sorted(savings, reverse=True)
+        assert rec["evidence"] and rec["what_to_do"]["kind"]
+        assert rec["standalone_savings_per_month"] > 0
+    # the savings order (/v1/now's, mlcost-top's): largest combined share first
+    combined = [r["combined_savings_per_month"] for r in recs["recommendations"]]
+    assert combined == sorted(combined, reverse=True)
+
+
+def test_recommendations_give_the_combined_savings_that_add_up_in_v1_nows_order(conversation):
+    """probe 151 F1: the standalone figures alone (five summed to $24,658/month on a
+    $23,924/month bill), sorted by them, not in the order mlcost-top shows."""
+    recs = answer(conversation["results"]["recommendations10"])
+    shown = recs["recommendations"]
+    assert recs["shown"] == recs["count"] == len(shown) >= 2  # every one, so they add up
+    assert all("savings_per_month" not in r for r in shown)  # each figure says which it is
+    combined = [r["combined_savings_per_month"] for r in shown]
+    assert sum(combined) == pytest.approx(recs["savings"]["potential_per_month"], rel=1e-9)
+    assert sum(combined) <= recs["savings"]["bill_per_month"] + 1e-6
+    for rec in shown:
+        assert 0 <= rec["combined_savings_per_month"] <= rec["standalone_savings_per_month"] + 1e-6
+    # /v1/now's order, as read just before or just after (an evaluation may fall between)
+    orders = [[r["id"] for r in doc["recommendations"]]
+              for doc in (conversation["before"], conversation["after"])]
+    assert [r["id"] for r in shown] in orders
+    # the order the combined shares were taken in (releases before shrinks), said per item
+    assert sorted(r["savings_order"] for r in shown) == list(range(1, len(shown) + 1))
+    tool = next(t for t in conversation["tools"] if t.name == "recommendations")
+    assert "combined figures add up" in tool.description
+    assert "standalone figures do not add up" in tool.description
 
 
 def test_costs_now_prices_every_gpu_and_process_of_v1_now(conversation):
