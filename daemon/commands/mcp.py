@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,6 +51,10 @@ MAX_ITEMS = 50
 MAX_DEPTH = 12
 BLOCK_KEYS = frozenset({"patch", "text", "method"})  # text of several lines: newlines kept
 MAX_RECOMMENDATIONS = 20
+# A range is "1h", "7d-ago/1h" or "START..END" (two ISO 8601 times with zones: ~60
+# characters); one longer is not a range, and is refused before any lookup (a 256-character
+# one made Path.stat raise "File name too long").
+MAX_RANGE_CHARS = 100
 MAX_REPORT_SPAN_S = 90 * 86400
 
 
@@ -247,6 +252,9 @@ class Tools:
     async def report(self, since: str = "1h", until: str | None = None) -> dict[str, Any]:
         from daemon.commands.cli import range_arguments
 
+        _short_range("since", since)
+        if until is not None:
+            _short_range("until", until)
         try:
             span, end = range_arguments(since, until)
         except ValueError as exc:
@@ -275,6 +283,8 @@ class Tools:
         from daemon.analysis import compare as analysis
         from daemon.commands.compare import CompareInputError, range_document, same_range
 
+        _short_range("before", before)
+        _short_range("after", after)
         db = await self._store()
         now = clock.now()
 
@@ -289,6 +299,10 @@ class Tools:
                     label, document = range_document(db, spec, self.config, now)
                 except CompareInputError as exc:
                     raise ToolFailure(f"{name}: {exc}") from None
+                except OSError as exc:  # a lookup the range made: say so, never a traceback
+                    raise ToolFailure(f"{name}: {_cut(one_line(spec), 80)!r} cannot be read "
+                                      f"as a range: {type(exc).__name__}: "
+                                      f"{one_line(exc.strerror or str(exc))[:200]}") from None
                 sides.append(analysis.Side(label, document))
             return analysis.compare(sides[0], sides[1])
 
@@ -308,6 +322,36 @@ class Tools:
         if not path.exists():
             raise ToolFailure(f"no store at {path}; start `mlcostd mcp` with --db")
         return path
+
+
+def _short_range(name: str, spec: str) -> None:
+    """Refuse a range argument too long to be one, before anything looks it up."""
+    if len(spec) > MAX_RANGE_CHARS:
+        raise ToolFailure(f"{name}={_cut(one_line(spec), 40)!r} ({len(spec)} characters) is not "
+                          f"a range: a range is at most {MAX_RANGE_CHARS} characters, e.g. 1h, "
+                          "7d-ago/1h or 2026-12-01T09:00..2026-12-01T10:00")
+
+
+def argument_problem(name: str, known: dict[str, Any], arguments: dict[str, Any]) -> str | None:
+    """What is wrong with a tool call's arguments that the SDK's lax validation lets through,
+    else None: an unknown key (a misspelt `sinse` must not become the default `since`; the
+    API's rule: a 400 that names it), or a boolean where an integer is asked (`gpu=true` is
+    not GPU 1). `known`: the tool's parameters, name -> annotation."""
+    unknown = sorted(str(key) for key in arguments if key not in known)
+    if unknown:
+        names = ", ".join(_cut(one_line(key), 40) for key in unknown[:5])
+        takes = ", ".join(known) or "no arguments"
+        return (f"{name}: unknown argument{'s' if len(unknown) > 1 else ''} {names}; "
+                f"{name} takes {takes}")
+    for key, annotation in known.items():
+        if annotation not in (int, "int") or key not in arguments:
+            continue
+        value = arguments[key]
+        if isinstance(value, str) and value.strip() in ("true", "false"):
+            value = value.strip() == "true"  # the SDK parses a JSON string: "true" -> True
+        if isinstance(value, bool):
+            return f"{name}: {key}={str(value).lower()} is a boolean; {key} is an integer"
+    return None
 
 
 def _host(now: dict[str, Any]) -> dict[str, Any]:
@@ -386,7 +430,32 @@ def build_server(tools: Tools) -> MCPServer:
 
     from daemon import __version__
 
-    server: MCPServer = MCPServer(
+    parameters: dict[str, dict[str, Any]] = {}
+
+    class Server(MCPServer):
+        """MCPServer that refuses what its lax argument validation lets through
+        (argument_problem), and says in each tool's inputSchema that no other key is taken."""
+
+        async def call_tool(self, name: str, arguments: dict[str, Any],
+                            context: Any = None) -> Any:
+            if name in parameters:
+                problem = argument_problem(name, parameters[name], arguments)
+                if problem is not None:
+                    raise ToolError(problem)
+            return await super().call_tool(name, arguments, context)
+
+        async def list_tools(self) -> Any:
+            listed = await super().list_tools()
+            for tool in listed:
+                tool.input_schema["additionalProperties"] = False
+            return listed
+
+    def tool(fn: Any) -> Any:
+        parameters[fn.__name__] = {key: p.annotation
+                                   for key, p in inspect.signature(fn).parameters.items()}
+        return server.tool(annotations=read_only)(fn)
+
+    server: MCPServer = Server(
         SERVER_NAME, version=__version__,
         instructions="mlcost: what the GPUs of this host cost now, why one is idle, what to do "
                      "about it (recommendations with evidence and savings), a report for a "
@@ -402,20 +471,20 @@ def build_server(tools: Tools) -> MCPServer:
         except ToolFailure as exc:
             raise ToolError(str(exc)) from None
 
-    @server.tool(annotations=read_only)
+    @tool
     async def costs_now() -> dict[str, Any]:
         """What each GPU and each GPU process costs right now in dollars per hour (burn), what
         of it is wasted (utilization below 100%) or unallocated, the host price and its source."""
         return await answer(tools.costs_now())
 
-    @server.tool(annotations=read_only)
+    @tool
     async def why_idle(gpu: int) -> dict[str, Any]:
         """Why GPU `gpu` (its index, as nvidia-smi numbers it) is idle or busy: its utilization
         and the idleness evidence, the processes that hold it (memory, SM share, phase, kind),
         what it costs and wastes per hour, and the recommendations about it (what to do)."""
         return await answer(tools.why_idle(gpu))
 
-    @server.tool(annotations=read_only)
+    @tool
     async def recommendations(limit: int = 5) -> dict[str, Any]:
         """The top `limit` (1-20) standing recommendations in the savings order mlcost-top and
         /v1/now use, each with its evidence (signal, threshold, window, phases, stacks), the
@@ -426,7 +495,7 @@ def build_server(tools: Tools) -> MCPServer:
         standalone figures do not add up (they overlap: quote the combined one)."""
         return await answer(tools.recommendations(limit))
 
-    @server.tool(annotations=read_only)
+    @tool
     async def report(since: str = "1h", until: str | None = None) -> dict[str, Any]:
         """The cost report of a time range, as `mlcostd report --json` gives it: spend, waste,
         phases, energy, the review, the 10 most expensive processes. `since`: how far back
@@ -434,7 +503,7 @@ def build_server(tools: Tools) -> MCPServer:
         now)."""
         return await answer(tools.report(since, until))
 
-    @server.tool(annotations=read_only)
+    @tool
     async def compare(before: str, after: str) -> dict[str, Any]:
         """Compare two ranges of this host's recording, figure by figure, with a verdict
         (better, worse, within noise; inconclusive where a side has too few stack samples to

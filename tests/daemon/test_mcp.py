@@ -29,15 +29,22 @@ ACTING_WORDS = ("apply", "snooze", "kill", "stop", "terminate", "resize", "signa
                 "write", "set_")
 
 
-def converse(socket: Path, calls: list[tuple[str, dict[str, Any]]]) -> tuple[list[Any],
-                                                                         list[Any]]:
-    """One MCP session with `mlcostd mcp --socket SOCKET`: its tools, then each call's result."""
+def converse(socket: Path, calls: list[tuple[str, dict[str, Any]]],
+             errlog: Path | None = None) -> tuple[list[Any], list[Any]]:
+    """One MCP session with `mlcostd mcp --socket SOCKET`: its tools, then each call's result;
+    the server's stderr into `errlog` if given."""
 
     async def main() -> tuple[list[Any], list[Any]]:
         params = StdioServerParameters(
             command=sys.executable, args=["-m", "daemon", "mcp", "--socket", str(socket)],
             env={"PYTHONPATH": str(ROOT)}, cwd=str(ROOT))
-        async with stdio_client(params) as (read, write):
+        if errlog is None:
+            return await session(params, sys.stderr)
+        with errlog.open("w") as log:
+            return await session(params, log)
+
+    async def session(params: StdioServerParameters, log: Any) -> tuple[list[Any], list[Any]]:
+        async with stdio_client(params, errlog=log) as (read, write):
             async with ClientSession(read, write, read_timeout_seconds=CALL_TIMEOUT_S) as session:
                 await session.initialize()
                 tools = (await session.list_tools()).tools
@@ -94,12 +101,21 @@ def conversation(demo) -> dict[str, Any]:
              ("why_idle", {"gpu": 99}), ("report", {"since": "soon"}),
              ("compare", {"before": str(demo.folder / "mlcost.db"), "after": "10s"}),
              ("compare", {"before": "10s", "after": "10s"}),
-             ("recommendations", {"limit": 20})]
-    tools, results = converse(demo.socket, calls)
+             ("recommendations", {"limit": 20}),
+             # misspelt and unknown keys (probe 151 F2)
+             ("report", {"sinse": "5m", "untill": "2026-12-01T09:00"}),
+             ("why_idle", {"gpu": held, "extra": "x"}), ("costs_now", {"db": "/etc/passwd"}),
+             # a range too long to be one (F3), a boolean for an integer (F4)
+             ("compare", {"before": "x" * 300, "after": "1m"}),
+             ("report", {"since": "1h", "until": "9" * 300}),
+             ("why_idle", {"gpu": True}), ("why_idle", {"gpu": "true"}),
+             ("recommendations", {"limit": True})]
+    tools, results = converse(demo.socket, calls, errlog=demo.folder / "mcp.stderr")
     after = demo.now()
     return {"tools": tools, "results": dict(zip([f"{n}{i}" for i, (n, _) in enumerate(calls)],
                                                 results, strict=True)),
-            "before": before, "after": after, "held": held, "free": free}
+            "before": before, "after": after, "held": held, "free": free,
+            "log": (demo.folder / "mcp.stderr").read_text()}
 
 
 def test_the_tools_are_the_five_read_only_questions_and_none_acts(conversation):
@@ -204,6 +220,48 @@ def test_a_bad_question_is_answered_with_what_is_wrong(conversation):
     assert gpu.is_error and "no GPU 99" in gpu.content[0].text
     report = conversation["results"]["report7"]
     assert report.is_error and "since" in report.content[0].text
+
+
+def test_an_unknown_or_misspelt_argument_is_refused_by_name_never_a_default(conversation):
+    """probe 151 F2: `sinse`/`untill` answered the default last hour, `db` and `extra` were
+    dropped without a word."""
+    results = conversation["results"]
+    report = results["report11"]
+    assert report.is_error
+    text = report.content[0].text
+    assert "unknown arguments sinse, untill" in text and "report takes since, until" in text
+    why = results["why_idle12"]
+    assert why.is_error and "unknown argument extra; why_idle takes gpu" in why.content[0].text
+    costs = results["costs_now13"]
+    assert costs.is_error and "unknown argument db; costs_now takes no arguments" in \
+        costs.content[0].text
+    # and the tool list says so, as the API's schema does
+    for tool in conversation["tools"]:
+        assert tool.input_schema.get("additionalProperties") is False, tool.name
+
+
+def test_a_range_too_long_to_be_one_is_refused_with_why_and_no_traceback(conversation):
+    """probe 151 F3: a 300-character range answered only "Error executing tool compare" and
+    logged a traceback ending `OSError: File name too long`."""
+    results = conversation["results"]
+    compared = results["compare14"]
+    assert compared.is_error
+    assert "before='xxxx" in compared.content[0].text
+    assert "(300 characters) is not a range" in compared.content[0].text
+    report = results["report15"]
+    assert report.is_error and "until=" in report.content[0].text
+    assert "(300 characters) is not a range" in report.content[0].text
+    log = conversation["log"]
+    assert "Traceback" not in log and "File name too long" not in log, log[-2000:]
+
+
+def test_a_boolean_is_not_taken_for_an_integer(conversation):
+    """probe 151 F4: `gpu=true` answered about GPU 1, `limit=true` gave one recommendation."""
+    results = conversation["results"]
+    for key, name in (("why_idle16", "gpu"), ("why_idle17", "gpu"),
+                      ("recommendations18", "limit")):
+        assert results[key].is_error, key
+        assert f"{name}=true is a boolean; {name} is an integer" in results[key].content[0].text
 
 
 def test_compare_takes_ranges_only_never_a_path_the_assistant_names(conversation):
