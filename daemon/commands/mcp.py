@@ -184,9 +184,7 @@ class Tools:
             "warning": burn.get("warning"),
             "spend_today": Now.from_dict(now).spend_today,  # the UTC day's, in dollars
             "gpus": gpus, "processes": processes,
-            "how": "a GPU costs the host's price / its GPU count; a process's burn is that "
-                   "price times its SM share when the GPU is busy, its memory share when "
-                   "idle; wasted = price x (1 - utilization), idle GPUs whole",
+            "how": COSTS_HOW,
         })
 
     async def why_idle(self, gpu: int) -> dict[str, Any]:
@@ -394,6 +392,16 @@ def _recommendation(rec: dict[str, Any]) -> dict[str, Any]:
             "status": rec.get("status"),
             "what_to_do": {"kind": action.get("kind"), "text": action.get("text"),
                            "file": action.get("file"), "patch": action.get("patch")}}
+
+
+# README "What things cost": the whole GPU price goes to the processes holding it, split by
+# their shares; sm_share_pct is NVML's per-process utilization, not that share.
+COSTS_HOW = ("a GPU costs the host's price / its GPU count, and the whole of that price goes to "
+             "the processes holding it: a process's burn is the sum over its GPUs of that price "
+             "times its share of the GPU, split among the holders by their SM use when the GPU "
+             "is busy and by the memory they hold when it is idle, so a sole holder pays the "
+             "whole GPU price whatever its sm_share_pct; a GPU no process holds is unallocated "
+             "(the host's idle burn); wasted = price x (1 - utilization), idle GPUs whole")
 
 
 SAVINGS_HOW = ("recommendations come in the savings order (as /v1/now and mlcost-top): "

@@ -206,6 +206,24 @@ def test_costs_now_prices_every_gpu_and_process_of_v1_now(conversation):
     assert now["spend_today"] <= costs["spend_today"] <= conversation["after"]["spend_today"]
 
 
+def test_costs_nows_explanation_matches_its_figures_for_a_sole_holder(conversation):
+    """probe 151 F5: `how` said burn = price x SM share, while a process alone on a GPU with
+    an sm_share_pct of 10 burnt the whole GPU price (README: its share of that GPU)."""
+    costs = answer(conversation["results"]["costs_now3"])
+    assert "sole holder pays the whole GPU price" in costs["how"]
+    assert "times its SM share" not in costs["how"]
+    per_gpu = {g["index"]: g["price_per_hour"] for g in costs["gpus"]}
+    held_by: dict[int, list[dict[str, Any]]] = {}
+    for p in costs["processes"]:
+        for gpu in p["gpus"]:
+            held_by.setdefault(gpu, []).append(p)
+    sole = [(ps[0], gpu) for gpu, ps in held_by.items()
+            if len(ps) == 1 and ps[0]["gpus"] == [gpu]]
+    assert sole  # the demo has processes alone on their GPU
+    for process, gpu in sole:
+        assert process["burn_per_hour"] == pytest.approx(per_gpu[gpu], rel=1e-6), process
+
+
 def test_report_and_compare_cover_the_ranges_asked(conversation):
     report = answer(conversation["results"]["report4"])
     assert report["window"]["ticks"] > 0
