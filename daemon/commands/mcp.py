@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import inspect
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -411,20 +412,63 @@ SAVINGS_HOW = ("recommendations come in the savings order (as /v1/now and mlcost
                "the standalone figures do not add up")
 
 
-REPORT_KEYS = ("window", "host", "price", "cost", "burn", "review", "gpus", "recommendations",
-               "warnings", "events")
+# The report document's keys (README: mlcostd report --json) the summary keeps whole; its
+# timeline is kept host-wide only (_timeline), its processes the 10 most expensive.
+REPORT_KEYS = ("window", "host", "burn", "spend", "savings", "review", "gpus",
+               "recommendations", "events", "energy", "carbon")
+TIMELINE_POINTS = 40  # the report's up to 120 buckets, merged to at most this many points
 
 
 def _report_summary(document: dict[str, Any]) -> dict[str, Any]:
     """The report document (README: mlcostd report --json) without its per-process detail
-    past the 10 most expensive processes."""
+    past the 10 most expensive processes, its timeline host-wide; for a range with no sample,
+    what the store holds instead of a document of zeros."""
+    window = document.get("window") or {}
+    if not window.get("ticks"):
+        return {"message": _no_samples(window), "window": window, "host": document.get("host")}
     summary = {key: document[key] for key in REPORT_KEYS if key in document}
+    summary["timeline"] = _timeline(document.get("timeline"))
     processes = [p for p in document.get("processes") or [] if isinstance(p, dict)]
     processes.sort(key=lambda p: -(p.get("cost") or 0) if isinstance(
         p.get("cost"), int | float) else 0)
     summary["processes"] = processes[:10]
     summary["processes_total"] = len(processes)
     return summary
+
+
+def _no_samples(window: dict[str, Any]) -> str:
+    recorded = window.get("recorded") or {}
+    asked = f"{_time(window.get('since'))} .. {_time(window.get('until'))}"
+    if not recorded:
+        return f"No samples in this range ({asked}): the store holds none at all."
+    return (f"No samples in this range ({asked}): the store holds "
+            f"{_time(recorded.get('first'))} .. {_time(recorded.get('last'))}; ask for a "
+            "range inside it (since, until).")
+
+
+def _timeline(timeline: Any) -> dict[str, Any] | None:
+    """The report's timeline host-wide (utilization, burn, wasted burn over time), its buckets
+    merged so that at most TIMELINE_POINTS remain; the per-GPU and per-process detail left out."""
+    if not isinstance(timeline, dict):
+        return None
+    buckets = [b for b in timeline.get("buckets") or [] if isinstance(b, dict)]
+    merge = max(1, math.ceil(len(buckets) / TIMELINE_POINTS))
+    points = []
+    for i in range(0, len(buckets), merge):
+        group = buckets[i:i + merge]
+        points.append({"at": _time(group[0].get("ts")), "ts": group[0].get("ts"),
+                       "utilization_pct": _mean(group, "utilization"),
+                       "burn_per_hour": _mean(group, "burn_per_hour"),
+                       "wasted_per_hour": _mean(group, "wasted_per_hour")})
+    bucket_s = timeline.get("bucket_s")
+    return {"bucket_s": bucket_s * merge if isinstance(bucket_s, int | float) else None,
+            "source": timeline.get("source"), "points": points}
+
+
+def _mean(group: list[dict[str, Any]], key: str) -> float | None:
+    values = [v for b in group if isinstance(v := b.get(key), int | float)
+              and not isinstance(v, bool) and math.isfinite(v)]
+    return sum(values) / len(values) if values else None
 
 
 # -- the MCP server ----------------------------------------------------------------------
@@ -506,7 +550,8 @@ def build_server(tools: Tools) -> MCPServer:
     @tool
     async def report(since: str = "1h", until: str | None = None) -> dict[str, Any]:
         """The cost report of a time range, as `mlcostd report --json` gives it: spend, waste,
-        phases, energy, the review, the 10 most expensive processes. `since`: how far back
+        phases, energy, the review, the combined potential savings, a host-wide timeline, the 10
+        most expensive processes; a range with no sample says so and what the store holds. `since`: how far back
         from its end (30m, 6h, 7d); `until`: where it ends (ISO 8601 or Unix seconds; default
         now)."""
         return await answer(tools.report(since, until))

@@ -109,7 +109,9 @@ def conversation(demo) -> dict[str, Any]:
              ("compare", {"before": "x" * 300, "after": "1m"}),
              ("report", {"since": "1h", "until": "9" * 300}),
              ("why_idle", {"gpu": True}), ("why_idle", {"gpu": "true"}),
-             ("recommendations", {"limit": True})]
+             ("recommendations", {"limit": True}),
+             # a range before the recording began: no sample in it (F6)
+             ("report", {"since": "1m", "until": str(int(before["ts"]) - 86400)})]
     tools, results = converse(demo.socket, calls, errlog=demo.folder / "mcp.stderr")
     after = demo.now()
     return {"tools": tools, "results": dict(zip([f"{n}{i}" for i, (n, _) in enumerate(calls)],
@@ -228,6 +230,14 @@ def test_report_and_compare_cover_the_ranges_asked(conversation):
     report = answer(conversation["results"]["report4"])
     assert report["window"]["ticks"] > 0
     assert report["window"]["until"] - report["window"]["since"] == pytest.approx(15, abs=1)
+    # the document's own keys (probe 151 F6: price, cost and warnings named none of them, so
+    # spend, the combined savings and the timeline were dropped)
+    assert {"spend", "savings", "timeline", "burn", "review"} <= set(report)
+    assert report["spend"]["total"] > 0
+    assert report["savings"]["potential_per_month"] <= report["savings"]["bill_per_month"]
+    points = report["timeline"]["points"]
+    assert 0 < len(points) <= mcp_command.TIMELINE_POINTS
+    assert any(p["burn_per_hour"] for p in points)
     compared = answer(conversation["results"]["compare5"])
     assert compared["a"]["ticks"] > 0 and compared["b"]["ticks"] > 0
     assert compared["figures"]
@@ -271,6 +281,14 @@ def test_a_range_too_long_to_be_one_is_refused_with_why_and_no_traceback(convers
     assert "(300 characters) is not a range" in report.content[0].text
     log = conversation["log"]
     assert "Traceback" not in log and "File name too long" not in log, log[-2000:]
+
+
+def test_a_report_of_a_range_with_no_sample_says_so_and_what_the_store_holds(conversation):
+    """probe 151 F6: a full document of zeros and no word."""
+    report = answer(conversation["results"]["report19"])
+    assert report["message"].startswith("No samples in this range")
+    assert "the store holds" in report["message"] and "spend" not in report
+    assert report["window"]["ticks"] == 0
 
 
 def test_a_boolean_is_not_taken_for_an_integer(conversation):
