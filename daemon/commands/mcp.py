@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,6 +52,10 @@ MAX_ITEMS = 50
 MAX_DEPTH = 12
 BLOCK_KEYS = frozenset({"patch", "text", "method"})  # text of several lines: newlines kept
 MAX_RECOMMENDATIONS = 20
+# A range is "1h", "7d-ago/1h" or "START..END" (two ISO 8601 times with zones: ~60
+# characters); one longer is not a range, and is refused before any lookup (a 256-character
+# one made Path.stat raise "File name too long").
+MAX_RANGE_CHARS = 100
 MAX_REPORT_SPAN_S = 90 * 86400
 
 
@@ -179,9 +185,7 @@ class Tools:
             "warning": burn.get("warning"),
             "spend_today": Now.from_dict(now).spend_today,  # the UTC day's, in dollars
             "gpus": gpus, "processes": processes,
-            "how": "a GPU costs the host's price / its GPU count; a process's burn is that "
-                   "price times its SM share when the GPU is busy, its memory share when "
-                   "idle; wasted = price x (1 - utilization), idle GPUs whole",
+            "how": COSTS_HOW,
         })
 
     async def why_idle(self, gpu: int) -> dict[str, Any]:
@@ -236,15 +240,20 @@ class Tools:
         if not 1 <= limit <= MAX_RECOMMENDATIONS:
             raise ToolFailure(f"limit={limit} must be between 1 and {MAX_RECOMMENDATIONS}")
         now = await self._ask("now_raw")
-        recs = sorted(now.get("recommendations") or [],
-                      key=lambda r: -(r.get("savings_per_month") or 0))
+        # /v1/now's order (the savings order mlcost-top shows: largest combined share first),
+        # never re-sorted by the standalone figures: those overlap and add up past the bill.
+        recs = [r for r in now.get("recommendations") or [] if isinstance(r, dict)]
         return bounded({"count": len(recs), "shown": min(limit, len(recs)),
                         "savings": now.get("savings"),
+                        "how": SAVINGS_HOW,
                         "recommendations": [_recommendation(r) for r in recs[:limit]]})
 
     async def report(self, since: str = "1h", until: str | None = None) -> dict[str, Any]:
         from daemon.commands.cli import range_arguments
 
+        _short_range("since", since)
+        if until is not None:
+            _short_range("until", until)
         try:
             span, end = range_arguments(since, until)
         except ValueError as exc:
@@ -273,6 +282,8 @@ class Tools:
         from daemon.analysis import compare as analysis
         from daemon.commands.compare import CompareInputError, range_document, same_range
 
+        _short_range("before", before)
+        _short_range("after", after)
         db = await self._store()
         now = clock.now()
 
@@ -287,6 +298,10 @@ class Tools:
                     label, document = range_document(db, spec, self.config, now)
                 except CompareInputError as exc:
                     raise ToolFailure(f"{name}: {exc}") from None
+                except OSError as exc:  # a lookup the range made: say so, never a traceback
+                    raise ToolFailure(f"{name}: {_cut(one_line(spec), 80)!r} cannot be read "
+                                      f"as a range: {type(exc).__name__}: "
+                                      f"{one_line(exc.strerror or str(exc))[:200]}") from None
                 sides.append(analysis.Side(label, document))
             return analysis.compare(sides[0], sides[1])
 
@@ -306,6 +321,36 @@ class Tools:
         if not path.exists():
             raise ToolFailure(f"no store at {path}; start `mlcostd mcp` with --db")
         return path
+
+
+def _short_range(name: str, spec: str) -> None:
+    """Refuse a range argument too long to be one, before anything looks it up."""
+    if len(spec) > MAX_RANGE_CHARS:
+        raise ToolFailure(f"{name}={_cut(one_line(spec), 40)!r} ({len(spec)} characters) is not "
+                          f"a range: a range is at most {MAX_RANGE_CHARS} characters, e.g. 1h, "
+                          "7d-ago/1h or 2026-12-01T09:00..2026-12-01T10:00")
+
+
+def argument_problem(name: str, known: dict[str, Any], arguments: dict[str, Any]) -> str | None:
+    """What is wrong with a tool call's arguments that the SDK's lax validation lets through,
+    else None: an unknown key (a misspelt `sinse` must not become the default `since`; the
+    API's rule: a 400 that names it), or a boolean where an integer is asked (`gpu=true` is
+    not GPU 1). `known`: the tool's parameters, name -> annotation."""
+    unknown = sorted(str(key) for key in arguments if key not in known)
+    if unknown:
+        names = ", ".join(_cut(one_line(key), 40) for key in unknown[:5])
+        takes = ", ".join(known) or "no arguments"
+        return (f"{name}: unknown argument{'s' if len(unknown) > 1 else ''} {names}; "
+                f"{name} takes {takes}")
+    for key, annotation in known.items():
+        if annotation not in (int, "int") or key not in arguments:
+            continue
+        value = arguments[key]
+        if isinstance(value, str) and value.strip() in ("true", "false"):
+            value = value.strip() == "true"  # the SDK parses a JSON string: "true" -> True
+        if isinstance(value, bool):
+            return f"{name}: {key}={str(value).lower()} is a boolean; {key} is an integer"
+    return None
 
 
 def _host(now: dict[str, Any]) -> dict[str, Any]:
@@ -336,7 +381,13 @@ def _verdict(gpu: dict[str, Any], holders: list[dict[str, Any]]) -> str:
 def _recommendation(rec: dict[str, Any]) -> dict[str, Any]:
     action = rec.get("action") or {}
     return {"id": rec.get("id"), "rule": rec.get("rule"), "target": rec.get("target"),
-            "summary": rec.get("summary"), "savings_per_month": rec.get("savings_per_month"),
+            "summary": rec.get("summary"),
+            # its share after the ones before it in the savings order: these add up
+            "combined_savings_per_month": rec.get("combined_savings_per_month"),
+            "savings_order": rec.get("savings_order"),
+            # what it would save on its own: these overlap and do not add up
+            "standalone_savings_per_month": rec.get("savings_per_month"),
+            "savings_scope": rec.get("savings_scope"),
             "method": rec.get("method"), "evidence": rec.get("evidence"),
             "confidence": rec.get("confidence"), "preliminary": rec.get("preliminary"),
             "status": rec.get("status"),
@@ -344,20 +395,80 @@ def _recommendation(rec: dict[str, Any]) -> dict[str, Any]:
                            "file": action.get("file"), "patch": action.get("patch")}}
 
 
-REPORT_KEYS = ("window", "host", "price", "cost", "burn", "review", "gpus", "recommendations",
-               "warnings", "events")
+# README "What things cost": the whole GPU price goes to the processes holding it, split by
+# their shares; sm_share_pct is NVML's per-process utilization, not that share.
+COSTS_HOW = ("a GPU costs the host's price / its GPU count, and the whole of that price goes to "
+             "the processes holding it: a process's burn is the sum over its GPUs of that price "
+             "times its share of the GPU, split among the holders by their SM use when the GPU "
+             "is busy and by the memory they hold when it is idle, so a sole holder pays the "
+             "whole GPU price whatever its sm_share_pct; a GPU no process holds is unallocated "
+             "(the host's idle burn); wasted = price x (1 - utilization), idle GPUs whole")
+
+
+SAVINGS_HOW = ("recommendations come in the savings order (as /v1/now and mlcost-top): "
+               "combined_savings_per_month is each one's share after those before it, so the "
+               "combined figures add up (to savings.potential_per_month, never past the bill); "
+               "standalone_savings_per_month is what one saves on its own: they overlap, so "
+               "the standalone figures do not add up")
+
+
+# The report document's keys (README: mlcostd report --json) the summary keeps whole; its
+# timeline is kept host-wide only (_timeline), its processes the 10 most expensive.
+REPORT_KEYS = ("window", "host", "burn", "spend", "savings", "review", "gpus",
+               "recommendations", "events", "energy", "carbon")
+TIMELINE_POINTS = 40  # the report's up to 120 buckets, merged to at most this many points
 
 
 def _report_summary(document: dict[str, Any]) -> dict[str, Any]:
     """The report document (README: mlcostd report --json) without its per-process detail
-    past the 10 most expensive processes."""
+    past the 10 most expensive processes, its timeline host-wide; for a range with no sample,
+    what the store holds instead of a document of zeros."""
+    window = document.get("window") or {}
+    if not window.get("ticks"):
+        return {"message": _no_samples(window), "window": window, "host": document.get("host")}
     summary = {key: document[key] for key in REPORT_KEYS if key in document}
+    summary["timeline"] = _timeline(document.get("timeline"))
     processes = [p for p in document.get("processes") or [] if isinstance(p, dict)]
     processes.sort(key=lambda p: -(p.get("cost") or 0) if isinstance(
         p.get("cost"), int | float) else 0)
     summary["processes"] = processes[:10]
     summary["processes_total"] = len(processes)
     return summary
+
+
+def _no_samples(window: dict[str, Any]) -> str:
+    recorded = window.get("recorded") or {}
+    asked = f"{_time(window.get('since'))} .. {_time(window.get('until'))}"
+    if not recorded:
+        return f"No samples in this range ({asked}): the store holds none at all."
+    return (f"No samples in this range ({asked}): the store holds "
+            f"{_time(recorded.get('first'))} .. {_time(recorded.get('last'))}; ask for a "
+            "range inside it (since, until).")
+
+
+def _timeline(timeline: Any) -> dict[str, Any] | None:
+    """The report's timeline host-wide (utilization, burn, wasted burn over time), its buckets
+    merged so that at most TIMELINE_POINTS remain; the per-GPU and per-process detail left out."""
+    if not isinstance(timeline, dict):
+        return None
+    buckets = [b for b in timeline.get("buckets") or [] if isinstance(b, dict)]
+    merge = max(1, math.ceil(len(buckets) / TIMELINE_POINTS))
+    points = []
+    for i in range(0, len(buckets), merge):
+        group = buckets[i:i + merge]
+        points.append({"at": _time(group[0].get("ts")), "ts": group[0].get("ts"),
+                       "utilization_pct": _mean(group, "utilization"),
+                       "burn_per_hour": _mean(group, "burn_per_hour"),
+                       "wasted_per_hour": _mean(group, "wasted_per_hour")})
+    bucket_s = timeline.get("bucket_s")
+    return {"bucket_s": bucket_s * merge if isinstance(bucket_s, int | float) else None,
+            "source": timeline.get("source"), "points": points}
+
+
+def _mean(group: list[dict[str, Any]], key: str) -> float | None:
+    values = [v for b in group if isinstance(v := b.get(key), int | float)
+              and not isinstance(v, bool) and math.isfinite(v)]
+    return sum(values) / len(values) if values else None
 
 
 # -- the MCP server ----------------------------------------------------------------------
@@ -371,7 +482,32 @@ def build_server(tools: Tools) -> MCPServer:
 
     from daemon import __version__
 
-    server: MCPServer = MCPServer(
+    parameters: dict[str, dict[str, Any]] = {}
+
+    class Server(MCPServer):
+        """MCPServer that refuses what its lax argument validation lets through
+        (argument_problem), and says in each tool's inputSchema that no other key is taken."""
+
+        async def call_tool(self, name: str, arguments: dict[str, Any],
+                            context: Any = None) -> Any:
+            if name in parameters:
+                problem = argument_problem(name, parameters[name], arguments)
+                if problem is not None:
+                    raise ToolError(problem)
+            return await super().call_tool(name, arguments, context)
+
+        async def list_tools(self) -> Any:
+            listed = await super().list_tools()
+            for tool in listed:
+                tool.input_schema["additionalProperties"] = False
+            return listed
+
+    def tool(fn: Any) -> Any:
+        parameters[fn.__name__] = {key: p.annotation
+                                   for key, p in inspect.signature(fn).parameters.items()}
+        return server.tool(annotations=read_only)(fn)
+
+    server: MCPServer = Server(
         SERVER_NAME, version=__version__,
         instructions="mlcost: what the GPUs of this host cost now, why one is idle, what to do "
                      "about it (recommendations with evidence and savings), a report for a "
@@ -387,35 +523,40 @@ def build_server(tools: Tools) -> MCPServer:
         except ToolFailure as exc:
             raise ToolError(str(exc)) from None
 
-    @server.tool(annotations=read_only)
+    @tool
     async def costs_now() -> dict[str, Any]:
         """What each GPU and each GPU process costs right now in dollars per hour (burn), what
         of it is wasted (utilization below 100%) or unallocated, the host price and its source."""
         return await answer(tools.costs_now())
 
-    @server.tool(annotations=read_only)
+    @tool
     async def why_idle(gpu: int) -> dict[str, Any]:
         """Why GPU `gpu` (its index, as nvidia-smi numbers it) is idle or busy: its utilization
         and the idleness evidence, the processes that hold it (memory, SM share, phase, kind),
         what it costs and wastes per hour, and the recommendations about it (what to do)."""
         return await answer(tools.why_idle(gpu))
 
-    @server.tool(annotations=read_only)
+    @tool
     async def recommendations(limit: int = 5) -> dict[str, Any]:
-        """The top `limit` (1-20) standing recommendations by savings per month, each with its
-        evidence (signal, threshold, window, phases, stacks), the savings method, and what to
-        do (a patch, commands or an action the operator takes in mlcost-top)."""
+        """The top `limit` (1-20) standing recommendations in the savings order mlcost-top and
+        /v1/now use, each with its evidence (signal, threshold, window, phases, stacks), the
+        savings method, and what to do (a patch, commands or an action the operator takes in
+        mlcost-top). Money: combined_savings_per_month is a recommendation's share after the
+        ones before it, so the combined figures add up (to savings.potential_per_month, never
+        past the bill); standalone_savings_per_month is what it saves on its own, and the
+        standalone figures do not add up (they overlap: quote the combined one)."""
         return await answer(tools.recommendations(limit))
 
-    @server.tool(annotations=read_only)
+    @tool
     async def report(since: str = "1h", until: str | None = None) -> dict[str, Any]:
         """The cost report of a time range, as `mlcostd report --json` gives it: spend, waste,
-        phases, energy, the review, the 10 most expensive processes. `since`: how far back
+        phases, energy, the review, the combined potential savings, a host-wide timeline, the 10
+        most expensive processes; a range with no sample says so and what the store holds. `since`: how far back
         from its end (30m, 6h, 7d); `until`: where it ends (ISO 8601 or Unix seconds; default
         now)."""
         return await answer(tools.report(since, until))
 
-    @server.tool(annotations=read_only)
+    @tool
     async def compare(before: str, after: str) -> dict[str, Any]:
         """Compare two ranges of this host's recording, figure by figure, with a verdict
         (better, worse, within noise; inconclusive where a side has too few stack samples to

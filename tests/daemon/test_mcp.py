@@ -29,15 +29,22 @@ ACTING_WORDS = ("apply", "snooze", "kill", "stop", "terminate", "resize", "signa
                 "write", "set_")
 
 
-def converse(socket: Path, calls: list[tuple[str, dict[str, Any]]]) -> tuple[list[Any],
-                                                                         list[Any]]:
-    """One MCP session with `mlcostd mcp --socket SOCKET`: its tools, then each call's result."""
+def converse(socket: Path, calls: list[tuple[str, dict[str, Any]]],
+             errlog: Path | None = None) -> tuple[list[Any], list[Any]]:
+    """One MCP session with `mlcostd mcp --socket SOCKET`: its tools, then each call's result;
+    the server's stderr into `errlog` if given."""
 
     async def main() -> tuple[list[Any], list[Any]]:
         params = StdioServerParameters(
             command=sys.executable, args=["-m", "daemon", "mcp", "--socket", str(socket)],
             env={"PYTHONPATH": str(ROOT)}, cwd=str(ROOT))
-        async with stdio_client(params) as (read, write):
+        if errlog is None:
+            return await session(params, sys.stderr)
+        with errlog.open("w") as log:
+            return await session(params, log)
+
+    async def session(params: StdioServerParameters, log: Any) -> tuple[list[Any], list[Any]]:
+        async with stdio_client(params, errlog=log) as (read, write):
             async with ClientSession(read, write, read_timeout_seconds=CALL_TIMEOUT_S) as session:
                 await session.initialize()
                 tools = (await session.list_tools()).tools
@@ -93,12 +100,24 @@ def conversation(demo) -> dict[str, Any]:
              ("report", {"since": "15s"}), ("compare", {"before": "10s-ago/5s", "after": "5s"}),
              ("why_idle", {"gpu": 99}), ("report", {"since": "soon"}),
              ("compare", {"before": str(demo.folder / "mlcost.db"), "after": "10s"}),
-             ("compare", {"before": "10s", "after": "10s"})]
-    tools, results = converse(demo.socket, calls)
+             ("compare", {"before": "10s", "after": "10s"}),
+             ("recommendations", {"limit": 20}),
+             # misspelt and unknown keys (probe 151 F2)
+             ("report", {"sinse": "5m", "untill": "2026-12-01T09:00"}),
+             ("why_idle", {"gpu": held, "extra": "x"}), ("costs_now", {"db": "/etc/passwd"}),
+             # a range too long to be one (F3), a boolean for an integer (F4)
+             ("compare", {"before": "x" * 300, "after": "1m"}),
+             ("report", {"since": "1h", "until": "9" * 300}),
+             ("why_idle", {"gpu": True}), ("why_idle", {"gpu": "true"}),
+             ("recommendations", {"limit": True}),
+             # a range before the recording began: no sample in it (F6)
+             ("report", {"since": "1m", "until": str(int(before["ts"]) - 86400)})]
+    tools, results = converse(demo.socket, calls, errlog=demo.folder / "mcp.stderr")
     after = demo.now()
     return {"tools": tools, "results": dict(zip([f"{n}{i}" for i, (n, _) in enumerate(calls)],
                                                 results, strict=True)),
-            "before": before, "after": after, "held": held, "free": free}
+            "before": before, "after": after, "held": held, "free": free,
+            "log": (demo.folder / "mcp.stderr").read_text()}
 
 
 def test_the_tools_are_the_five_read_only_questions_and_none_acts(conversation):
@@ -144,9 +163,34 @@ def test_recommendations_are_the_daemons_own_by_savings_with_evidence_and_what_t
         # the figures in a summary move with every evaluation; what it is about does not
         assert (rec["rule"], rec["target"]) == (standing[rec["id"]]["rule"],
                                                 standing[rec["id"]]["target"])
-        assert rec["evidence"] and rec["what_to_do"]["kind"] and rec["savings_per_month"] > 0
-    savings = [r["savings_per_month"] for r in recs["recommendations"]]
-    assert savings == sorted(savings, reverse=True)
+        assert rec["evidence"] and rec["what_to_do"]["kind"]
+        assert rec["standalone_savings_per_month"] > 0
+    # the savings order (/v1/now's, mlcost-top's): largest combined share first
+    combined = [r["combined_savings_per_month"] for r in recs["recommendations"]]
+    assert combined == sorted(combined, reverse=True)
+
+
+def test_recommendations_give_the_combined_savings_that_add_up_in_v1_nows_order(conversation):
+    """probe 151 F1: the standalone figures alone (five summed to $24,658/month on a
+    $23,924/month bill), sorted by them, not in the order mlcost-top shows."""
+    recs = answer(conversation["results"]["recommendations10"])
+    shown = recs["recommendations"]
+    assert recs["shown"] == recs["count"] == len(shown) >= 2  # every one, so they add up
+    assert all("savings_per_month" not in r for r in shown)  # each figure says which it is
+    combined = [r["combined_savings_per_month"] for r in shown]
+    assert sum(combined) == pytest.approx(recs["savings"]["potential_per_month"], rel=1e-9)
+    assert sum(combined) <= recs["savings"]["bill_per_month"] + 1e-6
+    for rec in shown:
+        assert 0 <= rec["combined_savings_per_month"] <= rec["standalone_savings_per_month"] + 1e-6
+    # /v1/now's order, as read just before or just after (an evaluation may fall between)
+    orders = [[r["id"] for r in doc["recommendations"]]
+              for doc in (conversation["before"], conversation["after"])]
+    assert [r["id"] for r in shown] in orders
+    # the order the combined shares were taken in (releases before shrinks), said per item
+    assert sorted(r["savings_order"] for r in shown) == list(range(1, len(shown) + 1))
+    tool = next(t for t in conversation["tools"] if t.name == "recommendations")
+    assert "combined figures add up" in tool.description
+    assert "standalone figures do not add up" in tool.description
 
 
 def test_costs_now_prices_every_gpu_and_process_of_v1_now(conversation):
@@ -164,10 +208,36 @@ def test_costs_now_prices_every_gpu_and_process_of_v1_now(conversation):
     assert now["spend_today"] <= costs["spend_today"] <= conversation["after"]["spend_today"]
 
 
+def test_costs_nows_explanation_matches_its_figures_for_a_sole_holder(conversation):
+    """probe 151 F5: `how` said burn = price x SM share, while a process alone on a GPU with
+    an sm_share_pct of 10 burnt the whole GPU price (README: its share of that GPU)."""
+    costs = answer(conversation["results"]["costs_now3"])
+    assert "sole holder pays the whole GPU price" in costs["how"]
+    assert "times its SM share" not in costs["how"]
+    per_gpu = {g["index"]: g["price_per_hour"] for g in costs["gpus"]}
+    held_by: dict[int, list[dict[str, Any]]] = {}
+    for p in costs["processes"]:
+        for gpu in p["gpus"]:
+            held_by.setdefault(gpu, []).append(p)
+    sole = [(ps[0], gpu) for gpu, ps in held_by.items()
+            if len(ps) == 1 and ps[0]["gpus"] == [gpu]]
+    assert sole  # the demo has processes alone on their GPU
+    for process, gpu in sole:
+        assert process["burn_per_hour"] == pytest.approx(per_gpu[gpu], rel=1e-6), process
+
+
 def test_report_and_compare_cover_the_ranges_asked(conversation):
     report = answer(conversation["results"]["report4"])
     assert report["window"]["ticks"] > 0
     assert report["window"]["until"] - report["window"]["since"] == pytest.approx(15, abs=1)
+    # the document's own keys (probe 151 F6: price, cost and warnings named none of them, so
+    # spend, the combined savings and the timeline were dropped)
+    assert {"spend", "savings", "timeline", "burn", "review"} <= set(report)
+    assert report["spend"]["total"] > 0
+    assert report["savings"]["potential_per_month"] <= report["savings"]["bill_per_month"]
+    points = report["timeline"]["points"]
+    assert 0 < len(points) <= mcp_command.TIMELINE_POINTS
+    assert any(p["burn_per_hour"] for p in points)
     compared = answer(conversation["results"]["compare5"])
     assert compared["a"]["ticks"] > 0 and compared["b"]["ticks"] > 0
     assert compared["figures"]
@@ -178,6 +248,56 @@ def test_a_bad_question_is_answered_with_what_is_wrong(conversation):
     assert gpu.is_error and "no GPU 99" in gpu.content[0].text
     report = conversation["results"]["report7"]
     assert report.is_error and "since" in report.content[0].text
+
+
+def test_an_unknown_or_misspelt_argument_is_refused_by_name_never_a_default(conversation):
+    """probe 151 F2: `sinse`/`untill` answered the default last hour, `db` and `extra` were
+    dropped without a word."""
+    results = conversation["results"]
+    report = results["report11"]
+    assert report.is_error
+    text = report.content[0].text
+    assert "unknown arguments sinse, untill" in text and "report takes since, until" in text
+    why = results["why_idle12"]
+    assert why.is_error and "unknown argument extra; why_idle takes gpu" in why.content[0].text
+    costs = results["costs_now13"]
+    assert costs.is_error and "unknown argument db; costs_now takes no arguments" in \
+        costs.content[0].text
+    # and the tool list says so, as the API's schema does
+    for tool in conversation["tools"]:
+        assert tool.input_schema.get("additionalProperties") is False, tool.name
+
+
+def test_a_range_too_long_to_be_one_is_refused_with_why_and_no_traceback(conversation):
+    """probe 151 F3: a 300-character range answered only "Error executing tool compare" and
+    logged a traceback ending `OSError: File name too long`."""
+    results = conversation["results"]
+    compared = results["compare14"]
+    assert compared.is_error
+    assert "before='xxxx" in compared.content[0].text
+    assert "(300 characters) is not a range" in compared.content[0].text
+    report = results["report15"]
+    assert report.is_error and "until=" in report.content[0].text
+    assert "(300 characters) is not a range" in report.content[0].text
+    log = conversation["log"]
+    assert "Traceback" not in log and "File name too long" not in log, log[-2000:]
+
+
+def test_a_report_of_a_range_with_no_sample_says_so_and_what_the_store_holds(conversation):
+    """probe 151 F6: a full document of zeros and no word."""
+    report = answer(conversation["results"]["report19"])
+    assert report["message"].startswith("No samples in this range")
+    assert "the store holds" in report["message"] and "spend" not in report
+    assert report["window"]["ticks"] == 0
+
+
+def test_a_boolean_is_not_taken_for_an_integer(conversation):
+    """probe 151 F4: `gpu=true` answered about GPU 1, `limit=true` gave one recommendation."""
+    results = conversation["results"]
+    for key, name in (("why_idle16", "gpu"), ("why_idle17", "gpu"),
+                      ("recommendations18", "limit")):
+        assert results[key].is_error, key
+        assert f"{name}=true is a boolean; {name} is an integer" in results[key].content[0].text
 
 
 def test_compare_takes_ranges_only_never_a_path_the_assistant_names(conversation):
