@@ -840,6 +840,26 @@ def test_snapshots_compare_over_their_own_range(runs, tmp_path):
     assert _figure(result, "utilization")["verdict"] == "better", _figure(result, "utilization")
 
 
+def test_a_range_that_is_neither_a_range_nor_a_file_is_a_usage_error(tmp_path, capsys):
+    """Probe 151 F3: a 300-character A was looked up as a path first, and Path.exists raised
+    ENAMETOOLONG: a traceback and exit 1. Anything that is neither on disk nor a range (nor
+    reads as a path) is a one-line usage error, exit 2, whatever its length; a path that is
+    missing stays an input that cannot be read (1)."""
+    db = str(tmp_path / "none.db")
+    for a, b in (("x" * 300, "1m"), ("1m", "x" * 300), ("9" * 300, "1m"), ("y" * 5000, "1m"),
+                 ("no-such-thing", "1m"), ("nan", "1m"), ("1m", "a\x00b")):
+        for extra in ((), ("--json",), ("--html", str(tmp_path / "page.html"))):
+            done = _compare_here(capsys, "--db", db, a, b, *extra)
+            assert done.returncode == 2, (a[:20], b[:20], extra, done.stderr[-300:])
+            said = done.stderr.strip()
+            assert said.startswith("mlcostd compare: '") and "is not a range" in said, said
+            assert "nor is it a file or folder" in said and "\n" not in said, said
+            assert "Traceback" not in said and len(said) < 600, said
+            assert not (tmp_path / "page.html").exists()
+    done = _compare_here(capsys, "--db", db, "x" * 300 + "/profile.json", "1m")
+    assert done.returncode == 1 and "no such file or folder" in done.stderr, done.stderr
+
+
 def test_clear_errors_for_inputs_that_are_not_comparable(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     (tmp_path / "notes.txt").write_text("hello")
@@ -852,7 +872,6 @@ def test_clear_errors_for_inputs_that_are_not_comparable(tmp_path, capsys):
              str(tmp_path / "infinite.json"): "is not JSON (Infinity, which is not a number "
                                               "JSON allows)",
              str(tmp_path / "other.json"): "not a profile or report document",
-             "no-such-thing": "is not a file, a folder or a range",
              str(tmp_path / "gone" / "profile.json"): "no such file or folder"}
     for path, says in cases.items():
         done = _compare_here(capsys, path, path)
