@@ -1019,6 +1019,37 @@ def test_previous_finds_a_job_by_the_name_the_daemons_jobs_config_gave_it(tmp_pa
     assert _figure(json.loads(done.stdout), "utilization")["verdict"] == "better"
 
 
+def test_overlapping_ranges_are_compared_with_a_note_that_says_so(tmp_path, capsys):
+    """Probe 151 F8: `compare 2m 1m` (B the last half of A) answered "within noise" without a
+    word; only one range twice was refused. Ranges of one store that overlap are compared,
+    with a note before the verdict (text, and --json `notes`) that says how much is in both;
+    ranges that only touch, and --previous's runs, say nothing of the kind."""
+    db = tmp_path / "runs.db"
+    _two_runs(db, T0)
+    done = _compare_here(capsys, "--db", str(db), "--json",
+                         f"{T0:.0f}..{T0 + 300:.0f}", f"{T0 + 150:.0f}..{T0 + 300:.0f}")
+    assert done.returncode == 0, done.stderr
+    notes = json.loads(done.stdout)["notes"]
+    overlap = [n for n in notes if n.startswith("A and B overlap")]
+    assert len(overlap) == 1, notes
+    assert "150 s" in overlap[0] and "50% of A and all of B" in overlap[0], overlap
+    assert "counted on both sides" in overlap[0]
+    done = _compare_here(capsys, "--db", str(db),
+                         f"{T0 + 100:.0f}..{T0 + 200:.0f}", f"{T0 + 150:.0f}..{T0 + 300:.0f}")
+    assert done.returncode == 0, done.stderr
+    before_verdict = done.stdout.split("Verdict:")[0].replace("\n    ", " ")
+    assert "Note: A and B overlap: 50 s" in before_verdict, before_verdict
+    assert "50% of A and 33% of B" in before_verdict
+    for a, b in ((f"{T0:.0f}..{T0 + 150:.0f}", f"{T0 + 150:.0f}..{T0 + 300:.0f}"),
+                 (f"{T0:.0f}..{T0 + 120:.0f}", f"{T0 + 180:.0f}..{T0 + 300:.0f}")):
+        done = _compare_here(capsys, "--db", str(db), "--json", a, b)
+        assert done.returncode == 0, done.stderr
+        assert not [n for n in json.loads(done.stdout)["notes"] if "overlap" in n]
+    done = _compare_here(capsys, "--previous", "train.py", "--db", str(db), "--json")
+    assert done.returncode == 0, done.stderr
+    assert not [n for n in json.loads(done.stdout)["notes"] if "overlap" in n]
+
+
 def test_a_store_recorded_with_a_pattern_that_backtracks_is_read_without_it(tmp_path):
     """A store's file may come from anyone, its recorded [jobs] patterns too: one that
     backtracks exponentially on its own processes' command lines hung report, compare
