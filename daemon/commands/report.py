@@ -17,6 +17,7 @@ from daemon.analysis.book import KILL_ACTIONS, RESOLVED
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, unseen_json
 from daemon.analysis.gpu_models import split_by_model
+from daemon.analysis.idle import costed_to
 from daemon.analysis.inference_audit import recorded_audit, with_savings
 from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s, run_starts, tick_seconds
 from daemon.analysis.price_history import PriceHistory, as_then
@@ -222,7 +223,10 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
         "gpus": gpus,
         "processes": processes,
         "spend": window_cost["spend"],
-        "events": queries.events(reader, start, end),
+        # an open event's cost to the range's end, or to the last tick where the recording
+        # stopped before it (a stopped store's report ends now)
+        "events": costed_to(queries.events(reader, start, end), end if recorded_range is None
+                            else min(end, recorded_range[1])),
         **_recommendations_review(_with_resolutions(reader, queries.recommendations(
             reader, end - max(since_s, recommendations_since_s or 0.0)), end), price, gpus),
     }
