@@ -1385,7 +1385,53 @@ def sides_notes(a: Side, b: Side) -> list[str]:
                  and hosts[0] != hosts[1] else "")
         notes.append(f"the sides share no GPU{where}: they ran on other machines or other "
                      "GPUs, and the verdict holds that difference as well as the work's")
+    overlap = overlap_note(a, b)
+    if overlap is not None:
+        notes.append(overlap)
     return notes
+
+
+def _window(side: Side) -> tuple[float, float] | None:
+    window = side.document.get("window")
+    if not isinstance(window, dict):
+        return None
+    since, until = window.get("since"), window.get("until")
+    if not (_finite(since) and _finite(until) and until > since):
+        return None
+    return float(since), float(until)
+
+
+def overlap_note(a: Side, b: Side) -> str | None:
+    """What the reader should know when A and B are ranges of one machine's recording that
+    overlap (`2m` against `1m`: B is the last half of A): the ticks of the overlap are counted
+    on both sides and pull the figures toward each other, so "within noise" says less than it
+    seems; None when they do not overlap (by more than two ticks), or when either is a profile
+    (a run of its own command, whatever else ran at the time) or they ran on other GPUs.
+    Identical ranges are refused before (`compare 1m 1m`); this is the part-overlap."""
+    if a.profile or b.profile:
+        return None
+    first, second = _window(a), _window(b)
+    if first is None or second is None:
+        return None
+    ua, ub = gpu_uuids(a), gpu_uuids(b)
+    if ua and ub and not ua & ub:
+        return None  # other machines: "share no GPU" says so
+    if not (ua and ub) and _hostname(a) != _hostname(b):
+        return None
+    lo, hi = max(first[0], second[0]), min(first[1], second[1])
+    interval = (a.document.get("host") or {}).get("interval_s")
+    step = float(interval) if _finite(interval) and interval > 0 else 1.0
+    if hi - lo <= 2 * step:
+        return None
+    shares = [(hi - lo) / (end - start) for start, end in (first, second)]
+    of = " and ".join(f"{'all' if share >= 0.995 else f'{share:.0%}'} of {name}"
+                      for name, share in zip(("A", "B"), shares, strict=True))
+    length = f"{hi - lo:.0f} s" if hi - lo < 600 else clock.duration(hi - lo)
+    return (f"A and B overlap: {length} ({clock.local_time(lo)} to "
+            f"{clock.local_time(hi)}) is in both, {of}; its ticks are counted on both sides "
+            "and pull their figures toward each other, so a verdict of 'within noise' says "
+            "less than it seems; compare ranges that do not overlap (e.g. 1h-ago/1h against "
+            "1h)")
 
 
 def _describe(side: Side) -> dict[str, Any]:

@@ -19,10 +19,11 @@ Time comes from the samples, never the wall clock, so tests run on simulated tim
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Collection
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeGuard
 
 from daemon.analysis.busy import IdleThresholds
 from daemon.analysis.cost import Burn
@@ -152,6 +153,7 @@ class IdleDetector:
 
     def _step(self, target: str, kind: str, ts: float, quiet: bool, busy: bool, after_s: float,
               price_per_hour: float, detail: dict[str, Any], changed: list[Event]) -> None:
+        detail["cost_at"] = ts  # the tick its cost so far reaches (a report cuts it to its end)
         period = self._periods.get(target)
         if period is None:
             if quiet:
@@ -192,3 +194,30 @@ class IdleDetector:
             changed.append(period.event)
             return
         period.event = replace(period.event, cost_so_far=period.cost, detail=detail)
+
+
+def costed_to(events: list[dict[str, Any]], end: float) -> list[dict[str, Any]]:
+    """`events` with the cost of each one still open at `end` as of `end`. An idle event's
+    cost is written at each rule evaluation (its detail's `cost_at`, the tick it reaches), so
+    a snapshot's ended up to one evaluation short of its end (probe 151 F9: 9 s of $4.10/h),
+    and a range of the live store that ends before the event did was charged after its end.
+    Moved at the event's `price_per_hour` from `cost_at` to `end` (never under 0); events
+    without both (a store from before `cost_at`, other kinds) are left as stored."""
+    for event in events:
+        ended = event.get("ended_at")
+        if isinstance(ended, int | float) and ended <= end:
+            continue
+        detail = event.get("detail")
+        cost = event.get("cost_so_far")
+        if not isinstance(detail, dict) or not _finite(cost):
+            continue
+        price, at = detail.get("price_per_hour"), detail.get("cost_at")
+        if not (_finite(price) and _finite(at)) or price < 0 or at == end:
+            continue
+        event["cost_so_far"] = max(float(cost) + float(price) * (end - float(at)) / 3600.0, 0.0)
+        event["detail"] = dict(detail, cost_at=end)
+    return events
+
+
+def _finite(value: Any) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -24,7 +24,8 @@ examples:
   mlcostd compare A B --json                       the JSON document described in the README
 
 exit status: 0 compared (whatever the verdict), 1 an input cannot be read, 2 a usage error
-(an --html that is one of the inputs, or a file of an input's profile folder, is one).
+(an A or B that is neither a range nor a file or folder, an --html that is one of the inputs,
+or a file of an input's profile folder, is one).
 """
 
 from __future__ import annotations
@@ -173,14 +174,45 @@ def _document_from_store(path: Path, since: float | None, until: float | None,
     return document
 
 
+# Longer than any path the kernel takes (PATH_MAX, with its NUL): never a file, so never looked
+# up (a 300-character name raised ENAMETOOLONG out of Path.exists, a traceback).
+PATH_MAX_CHARS = 4095
+
+
+def _on_disk(spec: str) -> Path | None:
+    """`spec` as a path when something exists there, else None: never an error, whatever the
+    text (too long for the kernel, a component over NAME_MAX, a NUL byte), and nothing over
+    PATH_MAX_CHARS is looked up at all."""
+    if not spec or len(spec) > PATH_MAX_CHARS or "\x00" in spec:
+        return None
+    path = Path(spec)
+    try:
+        return path if path.exists() else None
+    except (OSError, ValueError):
+        return None
+
+
 def _looks_like_a_path(spec: str) -> bool:
     return Path(spec).suffix in (".json", ".db") or os.sep in spec and "-ago/" not in spec
+
+
+def range_problem(spec: str, now: float) -> str | None:
+    """Why `spec` is neither something on disk nor a range (a usage error), or None: when it
+    is one, or when it reads as a path (a missing file: `load` says so, as an input that
+    cannot be read)."""
+    if _on_disk(spec) is not None or _looks_like_a_path(spec):
+        return None
+    try:
+        parse_range(spec, now)
+    except ValueError as exc:
+        return f"{exc}; nor is it a file or folder"
+    return None
 
 
 def same_range(a: str, b: str, now: float) -> tuple[float, float] | None:
     """The range both A and B name, when they name the same range of the live store (every
     figure would be 'within noise'); None otherwise, or when either is a file or folder."""
-    if Path(a).exists() or Path(b).exists():
+    if _on_disk(a) is not None or _on_disk(b) is not None:
         return None
     try:
         first, second = parse_range(a, now), parse_range(b, now)
@@ -236,14 +268,14 @@ def _document_from_json(path: Path) -> dict[str, Any]:
 def load(spec: str, config: Config, now: float) -> tuple[str, dict[str, Any]]:
     """(label, report document) of one side: a profile, a JSON report, a store file or a
     range of the live store. CompareInputError / ValueError say what is wrong."""
-    path = Path(spec)
-    if path.is_dir():
+    path = _on_disk(spec)
+    if path is not None and path.is_dir():
         profile = path / "profile.json"
         if not profile.exists():
             raise CompareInputError(f"{path} is a folder without profile.json; pass the folder "
                                     "`mlcostd profile --out` wrote, or a file")
         return f"profile {spec}", _document_from_json(profile)
-    if path.exists():
+    if path is not None:
         if not path.is_file():
             raise CompareInputError(f"{path} is neither a regular file nor a folder")
         try:
@@ -436,7 +468,11 @@ def run(args: argparse.Namespace, config: Config) -> int:
               f"{config_module.format_duration(math.ceil(same[1] - same[0]))} "
               f"{one_line(b)[:40]}`", file=sys.stderr)
         return 2
-    ranges = [spec for spec in (a, b) if not Path(spec).exists()]
+    problem = range_problem(a, now) or range_problem(b, now)
+    if problem is not None:  # neither a file nor a range: a usage error, as --baseline's is
+        print(f"mlcostd compare: {one_line(problem)}", file=sys.stderr)
+        return 2
+    ranges = [spec for spec in (a, b) if _on_disk(spec) is None]
     if _refuse_clash(args, [a, b], Path(config_module.db_path(config)) if ranges else None):
         return 2
     try:
@@ -471,7 +507,10 @@ def _output_clash(html: str | None, inputs: list[str], store: Path | None) -> st
             return False
 
     for spec in inputs:
-        path = Path(spec)
+        found = _on_disk(spec)
+        if found is None:
+            continue
+        path = found
         if path.is_dir():  # its files (a page compare wrote there before aside), and the
             # names a profile writes there
             if os.path.dirname(target) == os.path.realpath(path) and (
@@ -528,12 +567,14 @@ def _same_file(a: str, b: str) -> bool:
     """Whether A and B name one existing file (a profile, a snapshot), by any two paths; a
     profile folder names its profile.json (`compare run/ run/`, `compare run/
     run/profile.json`)."""
-    def named(spec: str) -> Path:
-        path = Path(spec)
-        return path / "profile.json" if path.is_dir() else path
+    def named(spec: str) -> Path | None:
+        path = _on_disk(spec)
+        return path / "profile.json" if path is not None and path.is_dir() else path
 
     try:
         first, second = named(a), named(b)
+        if first is None or second is None:
+            return False
         return first.is_file() and second.is_file() and os.path.samefile(first, second)
     except OSError:
         return False

@@ -17,6 +17,7 @@ from daemon.analysis.book import KILL_ACTIONS, RESOLVED
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, unseen_json
 from daemon.analysis.gpu_models import split_by_model
+from daemon.analysis.idle import costed_to
 from daemon.analysis.inference_audit import recorded_audit, with_savings
 from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s, run_starts, tick_seconds
 from daemon.analysis.price_history import PriceHistory, as_then
@@ -222,9 +223,13 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
         "gpus": gpus,
         "processes": processes,
         "spend": window_cost["spend"],
-        "events": queries.events(reader, start, end),
-        **_recommendations_review(_with_resolutions(reader, queries.recommendations(
-            reader, end - max(since_s, recommendations_since_s or 0.0)), end), price, gpus),
+        # an open event's cost to the range's end, or to the last tick where the recording
+        # stopped before it (a stopped store's report ends now)
+        "events": costed_to(queries.events(reader, start, end), end if recorded_range is None
+                            else min(end, recorded_range[1])),
+        **_recommendations_review(_with_resolutions(reader, _as_of(
+            reader, end - max(since_s, recommendations_since_s or 0.0), end), end), price,
+            gpus),
     }
     # GPUs the price counts that NVML did not list: charged in the burn (idle, wasted)
     document["burn"].update(unseen_json(HostPrice.from_dict(price),
@@ -1083,6 +1088,34 @@ def _recommendations_review(recommendations: list[dict[str, Any]],
                 for r in recommendations if r.get("status") == "resolved"]
     savings["resolved"] = len(resolved)
     return {"recommendations": recs + resolved, "savings": savings}
+
+
+def _as_of(reader: StoreReader, since: float, end: float) -> list[dict[str, Any]]:
+    """The recommendations seen in [since, end] as they stood at `end`: each one's text (its
+    figures, savings, evidence) from the latest one the store kept at or before `end`
+    (recommendation_texts: a new one whenever the text changes, and every 5 minutes while only
+    its figures move, as mlcost-top's replay of `end` shows it), not the one its row holds now (probe 151 F7: `report --until T`
+    of the live store showed the evaluation made after T, unlike a snapshot of the same
+    range); one first seen after `end` is left out. Where the store kept no text at or before
+    `end` (a store from before the texts were kept), the row's latest, as before."""
+    found = [rec for rec in queries.recommendations(reader, since)
+             if not (isinstance(rec.get("first_seen"), int | float) and rec["first_seen"] > end)]
+    texts = queries.recommendation_texts(reader, since, end)
+    out = []
+    for rec in found:
+        text = texts.get(str(rec.get("id")))
+        if text is not None and text[0] <= end:
+            written, body = text
+            rec = dict(body, first_seen=rec["first_seen"], last_seen=rec["last_seen"],
+                       snoozed_until=rec["snoozed_until"])
+            if isinstance(body.get("evidence_seconds"), int | float):
+                # it stood since its text was written: evidence grows one for one (as replay)
+                rec["evidence_seconds"] = body["evidence_seconds"] + max(
+                    min(end, rec["last_seen"]) - written, 0.0)
+        out.append(rec)
+    # largest savings first, as queries.recommendations orders them (by the figures at `end`)
+    return sorted(out, key=lambda r: -(r.get("savings_per_month") or 0.0)
+                  if isinstance(r.get("savings_per_month"), int | float) else 0.0)
 
 
 def _with_resolutions(reader: StoreReader, recommendations: list[dict[str, Any]],

@@ -18,6 +18,7 @@ from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, burn
 from daemon.analysis.energy import recorded_grid, window_meter, window_summary
 from daemon.analysis.gpu_models import split_by_model
+from daemon.analysis.idle import costed_to
 from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s, run_starts
 from daemon.analysis.price_history import PriceHistory, as_then
 from daemon.analysis.range_ticks import with_edges
@@ -213,7 +214,7 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
              for p in processes}
     data.stacks = [dict(s, label=process_label(process_key(s["pid"], s["start_time"]), names))
                    for s in sorted(stacks, key=lambda s: -s["samples"])[:TOP_STACKS]]
-    events = queries.events(reader, start, end)
+    events = costed_to(queries.events(reader, start, end), end)  # open ones to the end
     data.windows = [dict(e, label=process_label(e["target"], names))
                     for e in events if e["kind"] == LOW_UTILIZATION]
     data.events = [dict(e, target_label=process_label(e["target"], names))

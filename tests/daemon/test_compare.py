@@ -840,6 +840,26 @@ def test_snapshots_compare_over_their_own_range(runs, tmp_path):
     assert _figure(result, "utilization")["verdict"] == "better", _figure(result, "utilization")
 
 
+def test_a_range_that_is_neither_a_range_nor_a_file_is_a_usage_error(tmp_path, capsys):
+    """Probe 151 F3: a 300-character A was looked up as a path first, and Path.exists raised
+    ENAMETOOLONG: a traceback and exit 1. Anything that is neither on disk nor a range (nor
+    reads as a path) is a one-line usage error, exit 2, whatever its length; a path that is
+    missing stays an input that cannot be read (1)."""
+    db = str(tmp_path / "none.db")
+    for a, b in (("x" * 300, "1m"), ("1m", "x" * 300), ("9" * 300, "1m"), ("y" * 5000, "1m"),
+                 ("no-such-thing", "1m"), ("nan", "1m"), ("1m", "a\x00b")):
+        for extra in ((), ("--json",), ("--html", str(tmp_path / "page.html"))):
+            done = _compare_here(capsys, "--db", db, a, b, *extra)
+            assert done.returncode == 2, (a[:20], b[:20], extra, done.stderr[-300:])
+            said = done.stderr.strip()
+            assert said.startswith("mlcostd compare: '") and "is not a range" in said, said
+            assert "nor is it a file or folder" in said and "\n" not in said, said
+            assert "Traceback" not in said and len(said) < 600, said
+            assert not (tmp_path / "page.html").exists()
+    done = _compare_here(capsys, "--db", db, "x" * 300 + "/profile.json", "1m")
+    assert done.returncode == 1 and "no such file or folder" in done.stderr, done.stderr
+
+
 def test_clear_errors_for_inputs_that_are_not_comparable(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     (tmp_path / "notes.txt").write_text("hello")
@@ -852,7 +872,6 @@ def test_clear_errors_for_inputs_that_are_not_comparable(tmp_path, capsys):
              str(tmp_path / "infinite.json"): "is not JSON (Infinity, which is not a number "
                                               "JSON allows)",
              str(tmp_path / "other.json"): "not a profile or report document",
-             "no-such-thing": "is not a file, a folder or a range",
              str(tmp_path / "gone" / "profile.json"): "no such file or folder"}
     for path, says in cases.items():
         done = _compare_here(capsys, path, path)
@@ -998,6 +1017,37 @@ def test_previous_finds_a_job_by_the_name_the_daemons_jobs_config_gave_it(tmp_pa
                          f"{T0:.0f}..{T0 + 120:.0f}", f"{T0 + 180:.0f}..{T0 + 300:.0f}")
     assert done.returncode == 0, done.stderr
     assert _figure(json.loads(done.stdout), "utilization")["verdict"] == "better"
+
+
+def test_overlapping_ranges_are_compared_with_a_note_that_says_so(tmp_path, capsys):
+    """Probe 151 F8: `compare 2m 1m` (B the last half of A) answered "within noise" without a
+    word; only one range twice was refused. Ranges of one store that overlap are compared,
+    with a note before the verdict (text, and --json `notes`) that says how much is in both;
+    ranges that only touch, and --previous's runs, say nothing of the kind."""
+    db = tmp_path / "runs.db"
+    _two_runs(db, T0)
+    done = _compare_here(capsys, "--db", str(db), "--json",
+                         f"{T0:.0f}..{T0 + 300:.0f}", f"{T0 + 150:.0f}..{T0 + 300:.0f}")
+    assert done.returncode == 0, done.stderr
+    notes = json.loads(done.stdout)["notes"]
+    overlap = [n for n in notes if n.startswith("A and B overlap")]
+    assert len(overlap) == 1, notes
+    assert "150 s" in overlap[0] and "50% of A and all of B" in overlap[0], overlap
+    assert "counted on both sides" in overlap[0]
+    done = _compare_here(capsys, "--db", str(db),
+                         f"{T0 + 100:.0f}..{T0 + 200:.0f}", f"{T0 + 150:.0f}..{T0 + 300:.0f}")
+    assert done.returncode == 0, done.stderr
+    before_verdict = done.stdout.split("Verdict:")[0].replace("\n    ", " ")
+    assert "Note: A and B overlap: 50 s" in before_verdict, before_verdict
+    assert "50% of A and 33% of B" in before_verdict
+    for a, b in ((f"{T0:.0f}..{T0 + 150:.0f}", f"{T0 + 150:.0f}..{T0 + 300:.0f}"),
+                 (f"{T0:.0f}..{T0 + 120:.0f}", f"{T0 + 180:.0f}..{T0 + 300:.0f}")):
+        done = _compare_here(capsys, "--db", str(db), "--json", a, b)
+        assert done.returncode == 0, done.stderr
+        assert not [n for n in json.loads(done.stdout)["notes"] if "overlap" in n]
+    done = _compare_here(capsys, "--previous", "train.py", "--db", str(db), "--json")
+    assert done.returncode == 0, done.stderr
+    assert not [n for n in json.loads(done.stdout)["notes"] if "overlap" in n]
 
 
 def test_a_store_recorded_with_a_pattern_that_backtracks_is_read_without_it(tmp_path):

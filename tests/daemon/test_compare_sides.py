@@ -196,4 +196,8 @@ def test_sides_that_share_nothing_say_so_before_their_verdict(tmp_path):
     again = _tree_side("again", {"compute": 1.0}, seed=5)
     for gpu in again.document["gpus"]:
         gpu["uuid"] = "GPU-aaaa"
+    again.document["window"] = {"since": T0 + 600, "until": T0 + 660}  # a run after it
     assert compare.compare(run, again)["notes"] == []
+    # the same range of the same GPU twice (two report documents of one store): that says so
+    again.document["window"] = dict(run.document["window"])
+    assert [n[:16] for n in compare.compare(run, again)["notes"]] == ["A and B overlap:"]

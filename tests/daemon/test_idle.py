@@ -158,3 +158,24 @@ def test_holder_change_switches_kind():
     run(d, 0, 600, [0, 90], holders=[0, 1])
     changed = run(d, 610, 610, [0, 90], holders=[1])
     assert kinds(changed) == [(GPU_HELD_IDLE, "gpu:0", False), (GPU_UNHELD_IDLE, "gpu:0", True)]
+
+
+def test_an_open_event_says_which_tick_its_cost_reaches():
+    """Probe 151 F9: the cost written at a rule evaluation is as of the tick before it; its
+    detail's `cost_at` names that tick, so a report or a snapshot's page can cost the event
+    to its own end (daemon.analysis.idle.costed_to)."""
+    from daemon.analysis.idle import costed_to
+
+    d = IdleDetector(T)
+    run(d, 0, 700, [0, 90], holders=[0])
+    (event,) = d.active()
+    assert event.detail["cost_at"] == 700.0
+    assert event.cost_so_far == pytest.approx(4.0 * 700 / 3600)
+    (later,) = costed_to([event.as_dict()], 760.0)
+    assert later["cost_so_far"] == pytest.approx(4.0 * 760 / 3600)
+    assert later["detail"]["cost_at"] == 760.0
+    (earlier,) = costed_to([event.as_dict()], 650.0)
+    assert earlier["cost_so_far"] == pytest.approx(4.0 * 650 / 3600)
+    ended = dict(event.as_dict(), ended_at=720.0)  # ended inside the range: as it was
+    assert costed_to([ended], 760.0)[0]["cost_so_far"] == event.cost_so_far
+

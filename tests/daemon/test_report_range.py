@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
 from daemon.store.writer import Store
 from tests.livedaemon import ROOT
@@ -191,3 +193,45 @@ def test_the_process_table_names_its_owner_column_workload_not_job(tmp_path):
     assert "job" not in header
     row = lines[lines.index("Processes (GPU processes and their workers)") + 2].split()
     assert row[0] == "4242" and row[-3] == "-", row  # no owner; its job label is train.py
+
+
+def test_until_shows_the_recommendations_as_they_stood_then(tmp_path):
+    """Probe 151 F7: `report --until T` of the live store showed each recommendation as its
+    row holds it now (the evaluation after T: other savings than a snapshot of the same range
+    said), and one first seen after T. It shows the text the store kept at or before T, as
+    mlcost-top's replay of T does; without --until, the latest as before."""
+    from daemon.store import facts
+
+    db = tmp_path / "live.db"
+    start = time.time() - HOUR
+    record_past(db, start, ticks=500)
+
+    def rec(rid: str, savings: float, summary: str, seen: float) -> dict:
+        return {"id": rid, "rule": "dataloader_starvation", "target": f"4242:{rid}",
+                "summary": summary, "savings_per_month": savings, "first_seen": seen,
+                "last_seen": seen, "evidence_seconds": 60.0}
+
+    store = Store(str(db))
+    facts.write_recommendations(store, [rec("r1", 100.0, "raise num_workers to 4", start + 100)],
+                                start + 100)
+    facts.write_recommendations(store, [rec("r1", 250.0, "raise num_workers to 8", start + 400),
+                                        rec("r2", 50.0, "later advice", start + 400)],
+                                start + 400)
+    store.close()
+
+    def shown(*args: str) -> dict[str, dict]:
+        done = report(db, "--since", "5m", *args, "--json")
+        assert done.returncode == 0, done.stderr
+        return {r["id"]: r for r in json.loads(done.stdout)["recommendations"]}
+
+    then = shown("--until", f"{start + 200:.3f}")
+    assert set(then) == {"r1"}, then
+    assert then["r1"]["savings_per_month"] == 100.0
+    assert then["r1"]["summary"] == "raise num_workers to 4"
+    # it stood from its text (start + 100) to T (seen again after): its evidence grew with it
+    assert then["r1"]["evidence_seconds"] == pytest.approx(160.0, abs=0.01)
+    later = shown("--until", f"{start + 450:.3f}")
+    assert set(later) == {"r1", "r2"}
+    assert later["r1"]["savings_per_month"] == 250.0
+    latest = shown()
+    assert latest["r1"]["summary"] == "raise num_workers to 8"

@@ -589,3 +589,48 @@ def test_top_stacks_give_a_row_per_phase_of_one_line_as_the_report_does(tmp_path
     assert [row[:4] for row in rows] == [
         ["/srv/train_cpu.py:12", "decode", "host_preprocess", "6"],
         ["/srv/train_cpu.py:12", "decode", "unknown", "1"]], rows
+
+
+def test_an_event_open_at_a_snapshots_end_is_costed_to_its_end(tmp_path):
+    """Probe 151 F9: an event open at a snapshot's end was costed as of the last rule
+    evaluation that wrote it (its page 9 s short of the end, $4.10/h). Its cost is moved at
+    its price per hour from the tick it reached (`cost_at`) to the range's end: up to the
+    snapshot's end, in its page and its report alike, and back to the end of a range of the
+    live store that ends before the event did. An event written without `cost_at` (a store
+    from before it) is shown as stored."""
+    from daemon.commands import report
+    from daemon.store.reader import StoreReader
+
+    daemon = recording_daemon(tmp_path, 5.0, ticks=30)
+    store = daemon.store
+    assert store is not None
+    # $3.60/h from T0 + 5, written at T0 + 20 (15 s: $0.015)
+    facts.write_event(store, {"kind": "gpu_unheld_idle", "target": "gpu:9",
+                              "started_at": T0 + 5, "ended_at": None, "cost_so_far": 0.015,
+                              "detail": {"gpu": 9, "price_per_hour": 3.6, "cost_at": T0 + 20}})
+    facts.write_event(store, {"kind": "gpu_unheld_idle", "target": "gpu:8",
+                              "started_at": T0 + 5, "ended_at": None, "cost_so_far": 0.015,
+                              "detail": {"gpu": 8, "price_per_hour": 3.6}})
+    store.close()
+
+    def costs(db: Path, until: float) -> dict[str, float]:
+        reader = StoreReader(str(db))
+        try:
+            doc = report.build(reader, until - T0, until=until)
+        finally:
+            reader.close()
+        return {e["target"]: e["cost_so_far"] for e in doc["events"]
+                if e["target"] in ("gpu:8", "gpu:9")}
+
+    # to the snapshot's end: its last tick, T0 + 30 (its range reaches a second past it)
+    out = tmp_path / "snap.db"
+    write_snapshot(tmp_path / "mlcost.db", out, T0, T0 + 31, trigger={"kind": "manual"})
+    assert costs(out, T0 + 31) == pytest.approx({"gpu:9": 0.025, "gpu:8": 0.015}, rel=1e-3)
+    page = render_store(out)
+    assert "$0.0250" in page and "$0.0150" in page, re.findall(r"\$0\.0\d+", page)
+    # a report that ends long after the recording stopped: to its last tick, no further
+    assert costs(tmp_path / "mlcost.db", T0 + 3600) == pytest.approx(
+        {"gpu:9": 0.025, "gpu:8": 0.015}, rel=1e-3)
+    # a range of the live store that ended before the event's cost was written
+    assert costs(tmp_path / "mlcost.db", T0 + 15) == pytest.approx(
+        {"gpu:9": 0.010, "gpu:8": 0.015}, rel=1e-3)
