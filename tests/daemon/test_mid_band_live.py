@@ -28,6 +28,14 @@ from daemon.store.reader import StoreReader
 MID = {"mid_after": "5s", "mid_dump_interval": "2s", "mid_dumps_per_second": 1}
 CONFIG = {"attribution": {**FAST_STACKS["attribution"], **MID},
           "cost": {"evaluate_every": "5s"}}
+# For a job whose host work sets its SM share, the band's low edge at 10% SM, not 30: the load
+# slows its host work, not its kernels, so its SM share falls with the load (the tokenizer below
+# read 54% where two busy loops queued it a third of the time, 23% in a CI run whose other
+# tests queued it half the time: under 30 it left the band for a low-utilization window, and
+# the test waited 240 s for band samples).
+LOW_EDGE = 10
+HOST_BOUND = {**CONFIG, "attribution": {**CONFIG["attribution"],
+                                        "low_sm_share": LOW_EDGE, "high_sm_share": 15}}
 NAMES = ("hash_between_kernels.py", "steady_kernels.py")
 HOST_SAMPLES = 6  # host_preprocess samples before its top stack is judged
 
@@ -63,7 +71,8 @@ def test_a_job_starving_its_gpu_at_half_load_has_its_line_named_a_busy_one_is_no
     path = scenario_file(tmp_path, [
         {"name": "hasher", "command": program("hash_between_kernels.py")},
         {"name": "steady", "command": program("steady_kernels.py")}])
-    daemon = mlcostd("idle-host", interval=1.0, config=CONFIG, args=["--simulate", str(path)])
+    daemon = mlcostd("idle-host", interval=1.0, config=HOST_BOUND,
+                     args=["--simulate", str(path)])
     state: dict[str, Any] = {}
 
     def named() -> bool:
@@ -97,7 +106,7 @@ def test_a_job_starving_its_gpu_at_half_load_has_its_line_named_a_busy_one_is_no
     events = events_of(daemon)
     mine = events.get(hasher["key"], [])
     assert [e for e in mine if e["kind"] == MID_UTILIZATION], mine
-    assert hasher["sm_share"] >= 30, hasher["sm_share"]
+    assert hasher["sm_share"] >= LOW_EDGE, hasher["sm_share"]
     # The busy process: never in the band, never sampled after its first seconds.
     assert not [e for e in events.get(steady["key"], [])
                 if e["kind"] in (MID_UTILIZATION, LOW_UTILIZATION)], events.get(steady["key"])
@@ -167,13 +176,8 @@ def test_a_scorer_waiting_on_its_own_busy_gpu_in_the_band_is_compute_not_a_sync(
 TOKENIZER = "tokenize_inline.py"
 BUSY_LOOPS = 2  # beside it, as on a busy training host: its main thread waits for a core too
 # Dumped every second in the band: about half its samples catch it waiting in `loss.item()`.
-# The band's low edge at 10% SM, not 30: the load slows its tokenizing, not its steps, so its
-# SM share falls with the load (54% on a host whose two busy loops queue it a third of the
-# time, 23% in a CI run whose other tests queued it half the time: below 30 it left the band
-# for a low-utilization window, and the test judged no band sample in 240 s).
-TOKENIZER_CONFIG = {**CONFIG, "attribution": {**CONFIG["attribution"],
-                                              "mid_dump_interval": "1s",
-                                              "low_sm_share": 10, "high_sm_share": 15}}
+TOKENIZER_CONFIG = {**HOST_BOUND, "attribution": {**HOST_BOUND["attribution"],
+                                                  "mid_dump_interval": "1s"}}
 TOKENIZER_SAMPLES = 4  # its band samples in `encode` before its balance is judged
 
 
