@@ -158,10 +158,15 @@ class _Snapshot(NamedTuple):
 _Seen = tuple[float, ProcessSample, ThreadTimes | None, dict[int, float | None]]
 
 
+# In a window, a quiet share under this changes the CPU figure a reason quotes enough to say so.
+WEIGHED_SAID_UNDER = 0.9
+
+
 def _weighed_in_band(host: HostSignals, share: float) -> HostSignals:
     """`host` with its CPU weighed against the time its GPU is quiet: in the middle band that is
-    only part of the time, as in a window (where the GPU is quiet nearly all the time) it is
-    all of it. 45 ms of hashing per 50-ms kernel is on a CPU ~48% of the time, all of the time
+    only part of the time, and in a window where its GPU's measured utilization says it still
+    works (a host-bound loop that a loaded host slowed under low_sm_share); where the GPU idles
+    throughout it is all of it, and nothing changes. 45 ms of hashing per 50-ms kernel is on a CPU ~48% of the time, all of the time
     its GPU waits. The main thread's demand (its run-queue wait left out) is weighed against
     the GPU's quiet share of the same time (gpu_quiet_share, from the GPU's utilization over
     the signals' seconds), which leaves out the same queued time: against the wall time the
@@ -862,7 +867,15 @@ class Attribution:
         works = in_band or gpu_works
         where = ("in the middle band" if in_band else
                  "a window, its SM share back at or above low_sm_share")
-        if works and host is not None:
+        # In a window under low_sm_share its GPU may still work part of the time (a tokenizing
+        # loop that a loaded host slowed to 23% SM, its main thread queued half the time, read
+        # `unknown` at its line, "it needs a core, not less work"): its CPU is weighed against
+        # the GPU's quiet share of the same time as in the band, measured (the utilization);
+        # where its GPU idled throughout, that share is all of the time and nothing changes.
+        quiet = None
+        if host is not None and (works or host.gpu_utilization is not None):
+            if not works and host.gpu_utilization is not None:
+                quiet = gpu_quiet_share(host.gpu_utilization, host.main_thread_queued)
             host = _weighed_in_band(host, share)
         verdict = classify(result.threads, gpu_busy=False, busy_elsewhere=busy_elsewhere,
                            proc_state=signals.state,
@@ -889,6 +902,10 @@ class Attribution:
             verdict = replace(verdict, reason=(
                 f"{verdict.reason} ({where}: its CPU weighed against the time its GPU is "
                 "quiet)"))
+        elif quiet is not None and quiet < WEIGHED_SAID_UNDER and verdict.phase != COMPUTE:
+            verdict = replace(verdict, reason=(
+                f"{verdict.reason} (its CPU weighed against the time its GPU is quiet, "
+                f"{quiet:.0%} of its own)"))
         shown = verdict.thread or thread
         frames = tuple((f.name, f.filename, f.line) for f in shown.frames)
         return [StackRow(result.ts, proc.pid, proc.start_time, shown.thread_id,

@@ -287,6 +287,58 @@ def test_a_wait_in_a_windows_hysteresis_is_compute_never_idle(tmp_path, monkeypa
     assert not any("idle" in reason for _, reason in back), back
 
 
+class TokenizingSampler(TokenSampler):
+    """Each dump finds the main thread running the tokenizer's `encode` (py-spy: active)."""
+
+    SOURCE = {TOKENIZER: "                ids.append(self.vocab.setdefault(piece, n))"}
+
+    async def dump(self, pid: int) -> DumpResult:
+        result = await super().dump(pid)
+        if result.status == RATE_LIMITED:
+            return result
+        frames = (Frame("WordPieceTokenizer.encode", TOKENIZER, 61),
+                  Frame("main", TOKENIZER, 100))
+        return DumpResult(pid, self.now, OK, [ThreadStack(1, "MainThread", True, frames)])
+
+
+@pytest.mark.parametrize("utilization", [0.25, 0.0])
+def test_a_loaded_tokenizer_in_a_window_has_its_cpu_weighed_against_its_gpus_quiet_time(
+        tmp_path, monkeypatch, utilization):
+    """Stop 60's CI run of the live tokenizer: the load slowed its tokenizing to 23% SM, under
+    low_sm_share, so it was in a window, where its main thread's demand (0.35, its time queued
+    for a core, 46%, left out) was read as it stood: under ON_CPU_MIN, `encode` read `unknown`,
+    "a loaded host: it needs a core, not less work", beside host_sync advice. Its GPU worked a
+    quarter of the time, while the thread waited on it; of the thread's own time the GPU was
+    quiet 54%, all of it tokenizing: host compute at its line, as in the band, the weighing
+    said. Where its GPU idles throughout, the same demand stands as it is."""
+    loaded = HostSignals(seconds=3.0, main_thread_cpu=0.35, main_thread_queued=0.46,
+                         process_cpu=0.3, gpu_busy=utilization > 0.05, gpu_held=True,
+                         gpu_utilization=utilization)
+    monkeypatch.setattr(Attribution, "host_signals", lambda self, proc, of_job=None: loaded)
+    monkeypatch.setattr(attribution_module, "source_reader",
+                        lambda pid, rights: lambda frame: TokenizingSampler.SOURCE.get(
+                            frame.filename))
+    store = Store(tmp_path / "mlcost.db")
+    config = AttributionConfig(min_window=0.5, dump_interval=2.0, dumps_per_second=2.0)
+    gpus = (GpuSample(0, "u0", "A100-SXM4-40GB", "ok", utilization * 100, None, 40 << 30,
+                      40 << 30),)
+    tokenizer = ProcessSample(70_003, 1000.0, 1, "ann", f"python {TOKENIZER}",
+                              (GpuUse(0, 1 << 30, utilization * 92),))
+    dumps = TokenizingSampler(config.dump_interval)
+    attribution = Attribution(config, store, dumps, interval_s=1.0)  # type: ignore[arg-type]
+    run_ticks(attribution, dumps, store, 4000.0, 10, gpus, (tokenizer,))
+    samples = [(s.phase, s.reason) for proc in attribution.phases._processes.values()
+               for s in proc.samples]
+    assert samples, samples
+    if utilization:
+        assert {p for p, _ in samples} == {"host_preprocess"}, samples
+        assert all("weighed against the time its GPU is quiet, 54% of its own" in reason
+                   and "waiting for a CPU core 46%" in reason for _, reason in samples), samples
+    else:  # (unknown, then idle as its line repeats: as before)
+        assert all(p != "host_preprocess" and "weighed" not in reason
+                   for p, reason in samples), samples
+
+
 def test_a_main_thread_off_a_cpu_at_its_own_line_while_its_gpu_works_is_unknown_not_idle():
     """A CI run of the tokenizer (test_mid_band_live) caught its main thread at `encode` with
     py-spy calling it idle (waiting for the GIL or a core, beside its GPU's stream thread, on a
