@@ -102,7 +102,13 @@ from daemon.analysis.stack_rules import (
     user_frame,
 )
 from daemon.sources.frames import Frame, ThreadStack, main_thread
-from daemon.sources.proc_state import ANONYMOUS_PIPE, INOTIFY, NAMED_PIPE, TIMER_WAKES
+from daemon.sources.proc_state import (
+    ANONYMOUS_PIPE,
+    CHILD_EXIT,
+    INOTIFY,
+    NAMED_PIPE,
+    TIMER_WAKES,
+)
 from daemon.wire import (
     CHECKPOINT,
     COMM,
@@ -386,6 +392,12 @@ def classify(
     child = next((f for f in reversed(called) if is_child_wait(f)), None)
     if child is not None and not busy_elsewhere:
         return _waits_for_child(child, responsible, signals)
+    if (not called and responsible is not None and not busy_elsewhere and signals is not None
+            and signals.main_thread_blocked_on == CHILD_EXIT):
+        # os.system, or os.waitpid after os.fork: the wait is in C, no frame below the line;
+        # /proc says it (wait4). It read idle, and a SIGTERM was offered mid-download (probe
+        # 152, H1); with its GPU's reading still busy after a warm-up, `sync` at that line.
+        return _waits_for_child(responsible, responsible, signals, how=CHILD_EXIT_HOW)
     if thread is not None and not thread.active and not busy_elsewhere:
         watched = _watched_by_observer(threads, thread, responsible)
         if watched is not None:
@@ -1068,8 +1080,12 @@ def _event_loop_timer(called: Sequence[Frame], wait: tuple[FrameRule, Frame],
         responsible)
 
 
+# How a wait for a child in C is known (the `how` of _waits_for_child).
+CHILD_EXIT_HOW = f"blocked until {CHILD_EXIT}, read from /proc"
+
+
 def _waits_for_child(frame: Frame, responsible: Frame | None,
-                     signals: HostSignals | None) -> Classification:
+                     signals: HostSignals | None, how: str = "") -> Classification:
     """Idle for its GPU, waiting for a child process it started (`frame`: the outermost
     subprocess call below its line; subprocess.run with captured output waits in a select
     inside it), where the tool's own reads, writes or CPU named no other phase (`_from_signals`
@@ -1079,7 +1095,8 @@ def _waits_for_child(frame: Frame, responsible: Frame | None,
     # differs in every sample would lose to any steady text.
     doing = ("its child processes run on a CPU" if _children_at_work(signals) is not None
              else "no child of it seen on a CPU (one may wait itself: a transfer, a timer)")
-    return Classification(IDLE, f"{CHILD_WAIT} ({_where(frame)}): {doing}", responsible)
+    where = f"{_where(frame)}, {how}" if how else _where(frame)
+    return Classification(IDLE, f"{CHILD_WAIT} ({where}): {doing}", responsible)
 
 
 # input() prompts a person, whatever its stdin is (a notebook kernel's is a pipe from Jupyter):

@@ -742,14 +742,16 @@ def folder_watcher(frames: Sequence[Frame]) -> Frame | None:
                  if any(_is(f, file, name) for file, name in FOLDER_WATCHER_THREADS)), None)
 
 
-# Where a process waits for a child process it started through multiprocessing: its
-# Process.join (BaseProcess.join), and the wait for the child's exit below it in each start
+# Where a process waits for a child process it started: the subprocess module, os.spawn*, pty's
+# spawn, or through multiprocessing: its Process.join (BaseProcess.join), and the wait for the child's exit below it in each start
 # method's Popen (fork, spawn and forkserver: Popen.wait, Popen.poll, os.waitpid in C or a wait
 # on the child's sentinel). Only these: a forked child's stack holds its parent's copy of the
 # frames that started it (Popen._launch), never a wait. A Pool's results and a
 # ProcessPoolExecutor's futures are their own rules (data wait: worker processes feed it).
 CHILD_WAITS: tuple[tuple[str, str], ...] = (
     ("*/subprocess.py", "*"),
+    ("*/os.py", "_spawnvef"),  # os.spawnv, spawnl, spawnvp...: os.waitpid below, in C
+    ("*/pty.py", "spawn"),  # a child on a pseudo-terminal, its output copied until it exits
     ("*/multiprocessing/process.py", "BaseProcess.join"),
     ("*/multiprocessing/popen_*.py", "Popen.wait"),
     ("*/multiprocessing/popen_*.py", "Popen.poll"),

@@ -48,16 +48,16 @@ SYSCALL_NAMES_X86_64 = {
     0: "read", 1: "write", 2: "open", 7: "poll", 17: "pread64", 18: "pwrite64", 19: "readv",
     20: "writev", 23: "select", 35: "nanosleep", 45: "recvfrom", 47: "recvmsg", 61: "wait4",
     74: "fsync", 75: "fdatasync", 202: "futex", 230: "clock_nanosleep", 232: "epoll_wait",
-    257: "openat", 270: "pselect6", 271: "ppoll", 281: "epoll_pwait", 437: "openat2",
-    441: "epoll_pwait2",
+    247: "waitid", 257: "openat", 270: "pselect6", 271: "ppoll", 281: "epoll_pwait",
+    437: "openat2", 441: "epoll_pwait2",
 }
 # The same calls on aarch64 (the kernel's generic table, include/uapi/asm-generic/unistd.h),
 # which has no read-only poll/select/epoll_wait: ppoll, pselect6 and epoll_pwait stand in.
 SYSCALL_NAMES_AARCH64 = {
     22: "epoll_pwait", 56: "openat", 63: "read", 64: "write", 65: "readv", 66: "writev",
     67: "pread64", 68: "pwrite64", 72: "pselect6", 73: "ppoll", 82: "fsync", 83: "fdatasync",
-    98: "futex", 101: "nanosleep", 115: "clock_nanosleep", 207: "recvfrom", 212: "recvmsg",
-    260: "wait4", 437: "openat2", 441: "epoll_pwait2",
+    95: "waitid", 98: "futex", 101: "nanosleep", 115: "clock_nanosleep", 207: "recvfrom",
+    212: "recvmsg", 260: "wait4", 437: "openat2", 441: "epoll_pwait2",
 }
 # The reads in which a thread blocks on a pipe's next bytes.
 PIPE_READ_CALLS = frozenset({"read", "readv"})
@@ -71,6 +71,12 @@ FIFO_OPEN_WAIT = "wait_for_partner"
 # milliseconds (an int; -1: none) is their fourth, on x86_64 and aarch64 alike (epoll_pwait2
 # takes a timespec's address instead: its timeout is not read).
 EPOLL_WAIT_CALLS = frozenset({"epoll_wait", "epoll_pwait"})
+# The waits in which a thread blocks until a child process of it exits: os.system (C's system()
+# waits so), os.waitpid or os.wait after os.fork, os.spawn*(P_WAIT), subprocess's wait with no
+# timeout. The Python ones leave no frame below the user's line.
+CHILD_WAIT_CALLS = frozenset({"wait4", "waitid"})
+# What blocked_read says of a main thread blocked in one of CHILD_WAIT_CALLS.
+CHILD_EXIT = "a child process's exit"
 # What blocked_read says of the descriptor a main thread waits on (never its path: the name of a
 # user's file is the user's data).
 NAMED_PIPE = "a named pipe (FIFO)"
@@ -222,7 +228,9 @@ def blocked_read(pid: int, proc_root: str = "/proc", *, epoll: bool = True) -> s
     - in a read of an inotify descriptor, or an epoll wait (EPOLL_WAIT_CALLS) whose epoll holds
       one: INOTIFY (it waits for a file to appear in a folder it watches);
     - in any other epoll wait with a timeout of at most TIMER_WAKES_MAX_MS: TIMER_WAKES (a
-      timer wakes it soon: a loop that polls, or a heartbeat).
+      timer wakes it soon: a loop that polls, or a heartbeat);
+    - in a wait for a child process to exit (CHILD_WAIT_CALLS): CHILD_EXIT (os.system,
+      os.waitpid after a fork: no Python frame below the user's line says so).
 
     None where it is not blocked in one of those, reads something else (a file, a socket, a
     terminal), waits with no timeout or a longer one, or /proc would not say (no ptrace access:
@@ -242,6 +250,8 @@ def blocked_read(pid: int, proc_root: str = "/proc", *, epoll: bool = True) -> s
     if number < 0:
         return None
     call = syscall_name(number)
+    if call in CHILD_WAIT_CALLS:
+        return CHILD_EXIT
     if call in OPEN_CALLS:  # (its path is in its memory, never read: the FIFO's name is data;
         # its first argument is a folder's descriptor or AT_FDCWD, not what it waits on)
         wchan = (_read(f"{proc_root}/{pid}/wchan", _MAX_WCHAN_CHARS) or "").strip()

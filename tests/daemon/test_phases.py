@@ -814,6 +814,45 @@ def test_a_parent_joining_its_multiprocessing_child_waits_for_a_child_it_started
     assert "no child of it seen on a CPU" in stalled.reason, stalled
 
 
+# Probe 152, H1: os.system and os.waitpid wait for their child in C, no frame below the user's
+# line; os.spawnv waits in os.py's _spawnvef.
+C_CHILD_WAITS = {
+    "os.system": ("        os.system(f\"{sys.executable} fetch_child.py {url} {dest}\")", None),
+    "os.waitpid": ("    os.waitpid(pid, 0)", None),
+    "os.spawnv": ("    os.spawnv(os.P_WAIT, sys.executable, argv)",
+                  [(f"{STDLIB}/os.py", "_spawnvef", 937), (f"{STDLIB}/os.py", "spawnv", 953)]),
+}
+
+
+@pytest.mark.parametrize("call", sorted(C_CHILD_WAITS))
+@pytest.mark.parametrize("gpu_busy", [False, True], ids=["gpu-idle", "gpu-reading-busy"])
+def test_a_main_thread_waiting_for_its_child_in_c_waits_for_a_child_it_started(call, gpu_busy):
+    """A GPU process that downloads its eval set through os.system (or forks a worker and
+    os.waitpid's it) read idle, "waiting with its GPU idle and no I/O", and the report offered
+    its SIGTERM while `mlcostd idle` answered idle mid-download; in the seconds its GPU's
+    reading still covered a warm-up kernel its line read `sync` and got host_sync advice (probe
+    152, H1, M3). /proc says its main thread is blocked until a child exits (wait4): a child
+    wait, at its line, the child seen on a CPU or not. With nothing from /proc, os.system's
+    line stays what it was (no frame says it waits for a child)."""
+    line, below = C_CHILD_WAITS[call]
+    frames = [*(below or []), ("/home/me/train.py", "<module>", 7)]
+    blocked = proc_state.CHILD_EXIT if below is None else None
+    working = classify(stack(*frames), gpu_busy=False, source_line=lambda f: line,
+                       repeated_leaf=True,
+                       signals=signals(tree_cpu=0.2, children_running=1, gpu_busy=gpu_busy,
+                                       gpu_held=True, main_thread_blocked_on=blocked))
+    assert working.phase == "idle", working
+    assert working.reason.startswith(f"{stack_rules.CHILD_WAIT} ("), working
+    assert working.reason.endswith("its child processes run on a CPU"), working
+    assert working.frame == Frame("<module>", "/home/me/train.py", 7)
+    if below is None:
+        assert "read from /proc" in working.reason, working
+        unread = classify(stack(*frames), gpu_busy=False, source_line=lambda f: line,
+                          repeated_leaf=True,
+                          signals=signals(tree_cpu=0.2, children_running=1, gpu_held=True))
+        assert not unread.reason.startswith(stack_rules.CHILD_WAIT), unread
+
+
 def test_a_forked_child_holds_its_parents_start_frames_and_waits_for_no_child():
     """A forked child's stack holds its parent's copy of the frames that started it
     (Popen._launch under Process.start): its own wait (a queue) is its own, not a child wait."""

@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from simhost import poll
 
@@ -25,6 +26,7 @@ from daemon.sources import proc_state
 from daemon.sources.frames import Frame, stack_hash
 from daemon.sources.proc_state import (
     ANONYMOUS_PIPE,
+    CHILD_EXIT,
     INOTIFY,
     NAMED_PIPE,
     TIMER_WAKES,
@@ -172,6 +174,28 @@ def test_blocked_read_names_a_pipe_or_a_named_pipe_and_nothing_else(tmp_path):
     finally:
         os.close(writer)
         for child in children.values():
+            child.kill()
+            child.wait()
+
+
+def test_blocked_read_names_a_wait_for_a_childs_exit():
+    """os.system and os.waitpid after os.fork block in wait4 in C: CHILD_EXIT, the one thing
+    that says a GPU process there waits for a child it started (probe 152, H1)."""
+    children = {
+        "os.system": _child("import os; os.system('sleep 120')"),
+        "os.waitpid": _child("import os, time\npid = os.fork()\n"
+                             "if pid == 0:\n    time.sleep(120)\n    os._exit(0)\n"
+                             "os.waitpid(pid, 0)"),
+    }
+    try:
+        for said, child in children.items():
+            poll(lambda child=child: blocked_read(child.pid) == CHILD_EXIT, 30,
+                 f"pid {child.pid} ({said}) read as waiting for a child's exit",
+                 explain=lambda child=child: f"{blocked_read(child.pid)} {read_facts(child.pid)}")
+    finally:
+        for child in children.values():
+            for task in psutil.Process(child.pid).children(recursive=True):
+                task.kill()
             child.kill()
             child.wait()
 
