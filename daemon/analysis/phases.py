@@ -133,6 +133,8 @@ WITH_GPU_IDLE = " with the GPU idle"
 # its GPU busy meanwhile (classify): the GIL, a core, or a call into C; unknown.
 OFF_CPU_AT_ITS_LINE = ("main thread off a CPU at a line of its own that calls nothing known "
                        "to wait, its GPU busy meanwhile (the GIL, a core, or a call into C)")
+RUNNING_AT_ITS_LINE = ("main thread running at a line of its own that calls nothing known to "
+                       "wait, its GPU busy meanwhile (its own code, or a call into C)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -460,18 +462,6 @@ def classify(
                     responsible)
         elif line_call is not None and line_call[0] == SYNC:
             return Classification(SYNC, line_call[1] + _busy_text(signals), responsible)
-        elif (line_call is None and thread is not None and not thread.active
-              and responsible is not None and responsible is frames[0]
-              and signals is not None and signals.gpu_busy is True
-              and signals.main_thread_cpu is not None
-              and signals.main_thread_cpu >= ON_CPU_MIN / 2):
-            # Off a CPU at a line of its own that calls nothing known to wait, which it kept
-            # running at: its main thread ran a quarter or more of the time it did not queue
-            # for a core, where a thread blocked in a sync runs next to none. The GIL or a core
-            # on a loaded host (a CI run of the tokenizer read a sync at `encode`, which the
-            # band made "waits on its own GPU's work"): unknown, as off a CPU below.
-            return Classification(UNKNOWN, OFF_CPU_AT_ITS_LINE + _cpu_text(signals),
-                                  responsible)
         elif _queued_text(signals) and thread is not None and thread.active:
             # The line repeats because the thread is runnable and waits for a core, not for its
             # GPU: the step's GPU work (busy meanwhile) is what runs, a loaded host its delay.
@@ -479,6 +469,20 @@ def classify(
                 COMPUTE if signals is not None and signals.gpu_busy else UNKNOWN,
                 "the same user line repeats while the main thread is runnable"
                 + _queued_text(signals) + _busy_text(signals), responsible)
+        elif (line_call is None and thread is not None
+              and responsible is not None and responsible is frames[0]
+              and signals is not None and signals.gpu_busy is True
+              and (signals.main_thread_cpu is None
+                   or signals.main_thread_cpu >= ON_CPU_MIN / 2)):
+            # At a line of its own that calls nothing known to wait, which it kept running at:
+            # its main thread ran a quarter or more of the time it did not queue for a core
+            # (or its clock is not read yet), where a thread blocked in a sync runs next to
+            # none. Off a CPU: the GIL or a core on a loaded host (a CI run of the tokenizer read
+            # a sync at `encode`, which the band made "waits on its own GPU's work"); on one, its
+            # own code running. Unknown, as off a CPU below: nothing says it waits on its GPU.
+            return Classification(
+                UNKNOWN, (OFF_CPU_AT_ITS_LINE if not thread.active else RUNNING_AT_ITS_LINE)
+                + _cpu_text(signals), responsible)
         else:
             return Classification(
                 SYNC, "the same user line repeats while the host waits (a host sync such as "

@@ -375,3 +375,13 @@ def test_a_repeating_line_its_main_thread_keeps_running_at_is_no_sync():
     synced = classify(blocked, gpu_busy=False, source_line=lambda frame: line,
                       repeated_leaf=True, signals=waiting)
     assert synced.phase == "sync", synced
+    # A full-suite run of it (stop 61's helper) caught `encode` so again, a sync made compute
+    # in the band: before its main thread's clock was read (no CPU figure: nothing says it
+    # waits), or with py-spy calling it running (its own code, not a sync).
+    unread = dataclasses.replace(working, main_thread_cpu=None, process_cpu=0.2)
+    running = [ThreadStack(1, "MainThread", True, frames)]
+    for threads, signals, said in ((blocked, unread, "off a CPU"), (running, unread, "running"),
+                                   (running, working, "running")):
+        found = classify(threads, gpu_busy=False, source_line=lambda frame: line,
+                         repeated_leaf=True, signals=signals)
+        assert found.phase == "unknown" and said in found.reason, (signals, found)
