@@ -18,6 +18,7 @@ from daemon.sources.sample import Sample
 from daemon.store.reader import StoreReader
 
 RUN_EDGES_MAX = 200  # daemon starts in a range whose edge ticks are added (each two reads)
+GAPS_MAX = 200  # recording gaps in a range whose edge ticks are added (the longest first)
 
 
 def edge_ticks(reader: StoreReader, start: float, end: float,
@@ -50,3 +51,19 @@ def with_edges(reader: StoreReader, samples: Sequence[Sample], start: float, end
     if missing:
         out.sort(key=lambda sample: sample.ts)
     return out
+
+
+def recording_gaps(reader: StoreReader, start: float, end: float,
+                   max_gap_s: float) -> list[tuple[int, int]]:
+    """The gaps inside runs among the range's ticks longer than `max_gap_s` (the daemon
+    stalled, the host suspended: the ledger charged the first `max_gap_s` of each and counted
+    the rest unaccounted): (the tick before, the tick after, ms), the GAPS_MAX longest, oldest
+    first. One read of the range's tick times (a 6 h range at 1 s: 21 600 of them, in SQL). A
+    replay that reads an even spread of the range's ticks, further apart than the ledger's cap,
+    keeps these two ticks of each to charge the gap as the ledger did (probe 153: a 3 h report
+    charged the whole 105 s of a stall whose 45.7 s the ledger left unaccounted)."""
+    rows = reader.rows(
+        "SELECT prev, ts FROM (SELECT ts, lag(ts) OVER (ORDER BY ts) AS prev FROM ticks "
+        "WHERE ts >= ? AND ts <= ?) WHERE ts - prev > ? ORDER BY ts - prev DESC LIMIT ?",
+        (round(start * 1000), round(end * 1000), round(max_gap_s * 1000), GAPS_MAX))
+    return sorted((prev, ts) for prev, ts in rows if type(prev) is int and type(ts) is int)

@@ -866,3 +866,29 @@ def test_the_pages_detail_column_shows_only_where_a_recommendation_has_one():
     assert "<th>detail</th>" in page and "<td>done</td>" in page
     assert page.count("<tr>") == 3  # the heading and the two rows, each with its four cells
     assert page.count("<td") == 8
+
+
+@pytest.mark.parametrize("since", ["20m", "3h", "6h"])
+def test_a_stall_inside_a_run_is_charged_as_the_ledger_charged_it(tmp_path, since):
+    """Probe 153 H1: the daemon SIGSTOPped for 105 s mid-run. Its ledger charged the stall's
+    first minute and left 45 s unaccounted; a 3 h report, replaying an even spread of the ticks
+    with its gap cap widened to 3 sampling steps (216 s), charged the whole stall: $0.072 more
+    than the ledger, the review and README (and a sampled-out tick beside the stall moved 1 s
+    from charged to unaccounted at 20 minutes)."""
+    db = tmp_path / "mlcost.db"
+    hour = int(time.time() // 3600 * 3600) - 3 * 3600
+    rate = 5.672
+    run = [hour + 600 + i * 1.0 for i in range(300)]
+    run += [run[-1] + 105.7 + i * 1.0 for i in range(300)]
+    charged = _record_runs(db, [run], rate, through=run[-1] + 0.5, maintained=True)
+    assert charged == pytest.approx(598 + 60.0)
+    out = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db), "--since",
+                          since, "--until", str(run[-1] + 0.5), "--json"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    document = json.loads(out.stdout)
+    spend = document["spend"]
+    assert spend["seconds"] == pytest.approx(charged, abs=1e-3)
+    assert spend["unaccounted_seconds"] == pytest.approx(45.7, abs=1e-3)
+    assert spend["total"] == pytest.approx(rate / 3600 * charged, rel=1e-6)
+    assert document["review"]["spend"]["total"] == pytest.approx(spend["total"], rel=1e-5)
