@@ -283,7 +283,8 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
 
 def _with_run_edges(reader: StoreReader, raw: RawWindow, start: float, end: float,
                     starts: tuple[float, ...], prices: PriceHistory,
-                    thresholds: IdleThresholds) -> tuple[RawWindow, frozenset[int]]:
+                    thresholds: IdleThresholds
+                    ) -> tuple[RawWindow, frozenset[int], float | None]:
     """`raw` with the window's first and last ticks and each daemon start's edges in it
     (range_ticks.edge_ticks: the ticks the snapshot page and replay add too) where the read
     skipped them. A sampled read charged nothing before the first tick it picked, after its
@@ -292,21 +293,29 @@ def _with_run_edges(reader: StoreReader, raw: RawWindow, start: float, end: floa
     for the $5.999 its 659 s cost. And the two ticks of each recording gap inside a run
     (range_ticks.recording_gaps, longer than the ledger's cap): returned with the ticks that
     end one (ms), which the replay caps as the ledger did (CostLedger gap_ends), where the
-    sampled read's cap, widened by its step, charged a stall of up to 3 steps whole."""
+    sampled read's cap, widened by its step, charged a stall of up to 3 steps whole. And the
+    last tick at or before the window's start (None: none), from which its first tick after
+    the start is charged, as the ledger charged it (a gap to it as capped, nothing across a
+    daemon start)."""
     have = {round(sample.ts * 1000) for sample in raw.samples}
     edges = edge_ticks(reader, start, end, starts)
-    gaps = recording_gaps(reader, start, end, MAX_TICK_GAP_S)
-    edges.update(ts for gap in gaps for ts in gap)
+    lo = round(start * 1000)
+    before = reader.rows("SELECT max(ts) FROM ticks WHERE ts <= ?", (lo,))[0][0]
+    before = before if type(before) is int else None
+    gaps = recording_gaps(reader, start if before is None else before / 1000, end,
+                          MAX_TICK_GAP_S)
+    edges.update(ts for gap in gaps for ts in gap if ts >= lo)
     gap_ends = frozenset(ts for _, ts in gaps)
     missing = sorted(edges - have)
     if not missing:
-        return raw, gap_ends
+        return raw, gap_ends, None if before is None else before / 1000
     picked = list(zip(raw.samples, raw.costs, strict=True))
     for ts in missing:
         edge = RawWindow.read(reader, ts / 1000, ts / 1000, 1, prices, thresholds)
         picked += zip(edge.samples, edge.costs, strict=True)
     picked.sort(key=lambda pair: pair[0].ts)
-    return RawWindow([sample for sample, _ in picked], [cost for _, cost in picked]), gap_ends
+    return (RawWindow([sample for sample, _ in picked], [cost for _, cost in picked]),
+            gap_ends, None if before is None else before / 1000)
 
 
 def _add_tail(reader: StoreReader, found: tuple[CostLedger, Any] | None, start: float,
@@ -453,15 +462,19 @@ def _phases_json(balance: dict[str, Any] | None) -> dict[str, Any]:
             for phase, part in balance.items()}
 
 
-def _window_cost(raw: RawWindow, gap_ends: frozenset[int], start: float, end: float,
-                 price: dict[str, Any] | None,
+def _window_cost(raw: RawWindow, gap_ends: frozenset[int], before: float | None, start: float,
+                 end: float, price: dict[str, Any] | None,
                  processes: list[dict[str, Any]], interval: float,
                  jobs: dict[str, str] | None = None,
                  readings: team_review.Readings | None = None,
                  cost_between: CostBetween | None = None) -> dict[str, Any]:
     """Burn and spend over the window from the recorded samples the report read (`raw`, each
     priced with the host's price, with the ticks of each recording gap: `gap_ends`, the ticks
-    that end one) and the host's price.
+    that end one) and the host's price. Each tick after the window's start is charged the
+    interval before it, the first from the last tick at or before the start (`before`), as the
+    review places a cut hour's spend (queries._recorded_shares): two adjacent windows add up
+    to their union, and a window's spend is its review's (probe 153 M2: the first tick's
+    interval was left out, a 20 s window of 1 s ticks charged 19 s).
 
     Recomputed with the same cost model the daemon runs live (daemon.analysis.cost.burn), sample by
     sample, so the report and the live view agree.
@@ -494,6 +507,8 @@ def _window_cost(raw: RawWindow, gap_ends: frozenset[int], start: float, end: fl
     readings = readings or {}
     ledger = CostLedger(jobs, max_gap_s=max(recording_gap_s(interval), 3 * step),
                         run_starts=run_starts(readings), gap_ends=gap_ends)
+    # (readings hold the last daemon start before the window: none charged across it)
+    ledger.last_ts = before
     # each counter's target's dollars at its readings' times, as the replay charged them: a
     # target's dollars between two readings where the store recorded no hour spend
     targets = {m.target for m in unit_meters(readings).values()}
