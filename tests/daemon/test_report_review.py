@@ -930,3 +930,28 @@ def test_adjacent_windows_add_up_to_their_union_and_each_is_its_reviews_spend(tm
     across = spend(first[-1] - 9.5, second[9] + 0.5)
     assert across[1] == pytest.approx(19.0)
     assert across[0] == pytest.approx(across[2], rel=1e-5)
+
+
+def test_the_seconds_of_an_hour_cut_across_a_price_change_are_its_ticks_time(tmp_path):
+    """Probe 153 M3: an hour that ran at $5.672/h, then $10/h, then $5.672/h again; a window
+    over 7 h (read from the recorded hour spend) ending after the $10/h run. Its dollars were
+    right, but the hour's seconds were placed by the same price-weighted share as its dollars:
+    238 s for the 198 s its ticks charged, and burn.total_per_hour $6.52 for $7.84."""
+    db = tmp_path / "mlcost.db"
+    hour = int(time.time() // 3600 * 3600) - 3 * 3600
+    first = [hour + 600 + i * 1.0 for i in range(100)]
+    second = [first[-1] + 81.0 + i * 1.0 for i in range(100)]
+    third = [second[-1] + 35.0 + i * 1.0 for i in range(200)]
+    _record_runs(db, [first, second, third], 5.672, through=third[-1] + 0.5,
+                 rates=(5.672, 10.0, 5.672))
+    until = second[-1] + 0.5
+    out = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db), "--since",
+                          "7h", "--until", str(until), "--json"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    document = json.loads(out.stdout)
+    assert document["window"]["source"] == "rollups"
+    dollars = (99 * 5.672 + 99 * 10.0) / 3600
+    assert document["spend"]["total"] == pytest.approx(dollars, rel=1e-5)
+    assert document["spend"]["seconds"] == pytest.approx(198.0, abs=1e-3)  # was 231
+    assert document["burn"]["total_per_hour"] == pytest.approx(dollars / 198.0 * 3600, rel=1e-5)
