@@ -19,16 +19,9 @@ from daemon.analysis.cost import HostPrice, unseen_json
 from daemon.analysis.gpu_models import split_by_model
 from daemon.analysis.idle import costed_to
 from daemon.analysis.inference_audit import recorded_audit, with_savings
-from daemon.analysis.ledger import (
-    MAX_TICK_GAP_S,
-    CostLedger,
-    JobLabeler,
-    recording_gap_s,
-    run_starts,
-    tick_seconds,
-)
+from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s, run_starts, tick_seconds
 from daemon.analysis.price_history import PriceHistory, as_then
-from daemon.analysis.range_ticks import edge_ticks, recording_gaps
+from daemon.analysis.range_ticks import edge_ticks, recording_gaps, tick_before
 from daemon.analysis.recorded_spend import (
     CostBetween,
     recorded_cost_between,
@@ -298,24 +291,21 @@ def _with_run_edges(reader: StoreReader, raw: RawWindow, start: float, end: floa
     the start is charged, as the ledger charged it (a gap to it as capped, nothing across a
     daemon start)."""
     have = {round(sample.ts * 1000) for sample in raw.samples}
-    edges = edge_ticks(reader, start, end, starts)
-    lo = round(start * 1000)
-    before = reader.rows("SELECT max(ts) FROM ticks WHERE ts <= ?", (lo,))[0][0]
-    before = before if type(before) is int else None
-    gaps = recording_gaps(reader, start if before is None else before / 1000, end,
-                          MAX_TICK_GAP_S)
-    edges.update(ts for gap in gaps for ts in gap if ts >= lo)
-    gap_ends = frozenset(ts for _, ts in gaps)
+    before = tick_before(reader, start)
+    # (the gaps from the tick before the window: its first tick's interval may be one)
+    gaps = recording_gaps(reader, start if before is None else before, end)
+    ends = frozenset(ts for _, ts in gaps)
+    edges = edge_ticks(reader, start, end, starts, gaps)
     missing = sorted(edges - have)
     if not missing:
-        return raw, gap_ends, None if before is None else before / 1000
+        return raw, ends, before
     picked = list(zip(raw.samples, raw.costs, strict=True))
     for ts in missing:
         edge = RawWindow.read(reader, ts / 1000, ts / 1000, 1, prices, thresholds)
         picked += zip(edge.samples, edge.costs, strict=True)
     picked.sort(key=lambda pair: pair[0].ts)
     return (RawWindow([sample for sample, _ in picked], [cost for _, cost in picked]),
-            gap_ends, None if before is None else before / 1000)
+            ends, before)
 
 
 def _add_tail(reader: StoreReader, found: tuple[CostLedger, Any] | None, start: float,
