@@ -53,7 +53,7 @@ from daemon.analysis.kinds import recorded_kind
 from daemon.analysis.latency import LATENCY_READING, observe_reading, replayed_meters
 from daemon.analysis.ledger import CostLedger, recording_gap_s, run_starts
 from daemon.analysis.price_history import PRICE_READING, PriceHistory, instance_then
-from daemon.analysis.range_ticks import with_edges
+from daemon.analysis.range_ticks import gap_ends, with_edges
 from daemon.analysis.recorded_spend import recorded_ledger
 from daemon.api.document import WORKING_SM_SHARE, CostView, now_document
 from daemon.sources.sample import Sample
@@ -381,7 +381,7 @@ class Replay:
         # as `mlcostd report` reads them (range_ticks): the spend the report says
         samples = with_edges(self.reader, spread, since, at, starts)
         ledger = CostLedger(self.jobs, max_gap_s=max(recording_gap_s(self.interval_s), 1.5 * step),
-                            run_starts=starts)
+                            run_starts=starts, gap_ends=gap_ends(self.reader, since, at))
         energy = EnergyMeter(ledger.labeler.label)
         meters = replayed_meters(readings)
         for meter in meters.values():

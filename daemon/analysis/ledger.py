@@ -151,13 +151,19 @@ class CostLedger:
     no GPU (NVML not started) are charged the host's price (daemon.analysis.cost.unread_gpus), so
     they are no unaccounted time: `unread_seconds` counts them. `run_starts`: where it
     replays recorded ticks, the daemon starts among them (run_starts): the first tick after
-    one is charged nothing, as the live ledger of that run charged it."""
+    one is charged nothing, as the live ledger of that run charged it. `gap_ends`: where it
+    replays an even spread of recorded ticks (`max_gap_s` widened to the spread's step), the
+    ticks (ms) that end a recording gap longer than MAX_TICK_GAP_S (range_ticks.recording_gaps),
+    replayed with the tick before it: that interval is capped at MAX_TICK_GAP_S, as the live
+    ledger capped it."""
 
     def __init__(self, jobs: Mapping[str, str] | None = None,
-                 max_gap_s: float = MAX_TICK_GAP_S, run_starts: Sequence[float] = ()) -> None:
+                 max_gap_s: float = MAX_TICK_GAP_S, run_starts: Sequence[float] = (),
+                 gap_ends: Iterable[int] = ()) -> None:
         self.labeler = JobLabeler(jobs)
         self.max_gap_s = max_gap_s
         self.run_starts = tuple(sorted(run_starts))
+        self.gap_ends = frozenset(gap_ends)
         self.last_ts: float | None = None
         self.total = 0.0
         self.idle = 0.0
@@ -217,9 +223,12 @@ class CostLedger:
         if self.run_starts and started_between(self.run_starts, last, ts):
             return 0.0
         dt = ts - last
-        if dt > self.max_gap_s:
-            self.unaccounted_seconds += dt - self.max_gap_s
-            dt = self.max_gap_s
+        cap = self.max_gap_s
+        if self.gap_ends and round(ts * 1000) in self.gap_ends:
+            cap = min(cap, MAX_TICK_GAP_S)
+        if dt > cap:
+            self.unaccounted_seconds += dt - cap
+            dt = cap
         hours = dt / 3600.0
         day = utc_day(ts - dt / 2)  # the interval's midpoint decides its day
         month = day[:7]

@@ -8,27 +8,36 @@ the last, nor from the last it picked before a restart to the first after it: th
 replay of probe 126's snapshot read $15.53 for the $15.64 the report (and the live ledger)
 charged. So the spread is read with the range's own first and last ticks and the ticks on
 either side of each daemon start in it: at most 2 + 2 x RUN_EDGES_MAX single-tick reads more.
+And with the two ticks of each recording gap inside a run (the daemon stalled, the host
+suspended; GAPS_MAX of them), whose interval a replay caps at the ledger's minute (`gap_ends`)
+where its own cap, widened to the spread's step, charged a stall whole (probe 153).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from daemon.analysis.ledger import MAX_TICK_GAP_S
 from daemon.sources.sample import Sample
 from daemon.store.reader import StoreReader
 
 RUN_EDGES_MAX = 200  # daemon starts in a range whose edge ticks are added (each two reads)
+GAPS_MAX = 200  # recording gaps in a range whose edge ticks are added (the longest first)
 
 
-def edge_ticks(reader: StoreReader, start: float, end: float,
-               starts: Sequence[float]) -> set[int]:
-    """The times (ms) of the range's first and last ticks and, for each daemon start in it
-    (the first RUN_EDGES_MAX), of the last tick before it and the first at or after it."""
+def edge_ticks(reader: StoreReader, start: float, end: float, starts: Sequence[float],
+               gaps: Sequence[tuple[int, int]] | None = None) -> set[int]:
+    """The times (ms) of the range's first and last ticks, of the two ticks of each recording
+    gap inside a run in it (`recording_gaps`) and, for each daemon start in it (the first
+    RUN_EDGES_MAX), of the last tick before it and the first at or after it. `gaps`: the
+    recording gaps as the caller read them (those of ticks in the range count), else read."""
     lo, hi = round(start * 1000), round(end * 1000)
     row = reader.query("SELECT (SELECT min(ts) FROM ticks WHERE ts >= ? AND ts <= ?) AS first, "
                        "(SELECT max(ts) FROM ticks WHERE ts >= ? AND ts <= ?) AS last",
                        (lo, hi, lo, hi))[0]
     edges = {ts for ts in (row["first"], row["last"]) if type(ts) is int}
+    edges.update(ts for gap in (recording_gaps(reader, start, end) if gaps is None else gaps)
+                 for ts in gap if lo <= ts <= hi)
     for at in [s for s in starts if start < s <= end][:RUN_EDGES_MAX]:
         ms = round(at * 1000)
         row = reader.query("SELECT (SELECT max(ts) FROM ticks WHERE ts >= ? AND ts < ?) AS last, "
@@ -50,3 +59,33 @@ def with_edges(reader: StoreReader, samples: Sequence[Sample], start: float, end
     if missing:
         out.sort(key=lambda sample: sample.ts)
     return out
+
+
+def recording_gaps(reader: StoreReader, start: float, end: float,
+                   max_gap_s: float = MAX_TICK_GAP_S) -> list[tuple[int, int]]:
+    """The gaps inside runs among the range's ticks longer than `max_gap_s` (the daemon
+    stalled, the host suspended: the ledger charged the first `max_gap_s` of each and counted
+    the rest unaccounted): (the tick before, the tick after, ms), the GAPS_MAX longest, oldest
+    first. One read of the range's tick times (a 6 h range at 1 s: 21 600 of them, in SQL). A
+    replay that reads an even spread of the range's ticks, further apart than the ledger's cap,
+    keeps these two ticks of each to charge the gap as the ledger did (probe 153: a 3 h report
+    charged the whole 105 s of a stall whose 45.7 s the ledger left unaccounted)."""
+    rows = reader.rows(
+        "SELECT prev, ts FROM (SELECT ts, lag(ts) OVER (ORDER BY ts) AS prev FROM ticks "
+        "WHERE ts >= ? AND ts <= ?) WHERE ts - prev > ? ORDER BY ts - prev DESC LIMIT ?",
+        (round(start * 1000), round(end * 1000), round(max_gap_s * 1000), GAPS_MAX))
+    return sorted((prev, ts) for prev, ts in rows if type(prev) is int and type(ts) is int)
+
+
+def gap_ends(reader: StoreReader, start: float, end: float) -> frozenset[int]:
+    """The ticks (ms) that end a recording gap among the range's (`recording_gaps`): what a
+    replay of its edge ticks caps as the ledger did (CostLedger's `gap_ends`)."""
+    return frozenset(ts for _, ts in recording_gaps(reader, start, end))
+
+
+def tick_before(reader: StoreReader, start: float) -> float | None:
+    """The last tick at or before `start` (None: none): a range's first tick after its start
+    is charged the interval from it, as the ledger charged it (and the review places it), so
+    two adjacent ranges add up to their union (probe 153 M2)."""
+    found = reader.rows("SELECT max(ts) FROM ticks WHERE ts <= ?", (round(start * 1000),))[0][0]
+    return found / 1000 if type(found) is int else None

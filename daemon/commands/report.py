@@ -21,7 +21,7 @@ from daemon.analysis.idle import costed_to
 from daemon.analysis.inference_audit import recorded_audit, with_savings
 from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s, run_starts, tick_seconds
 from daemon.analysis.price_history import PriceHistory, as_then
-from daemon.analysis.range_ticks import edge_ticks
+from daemon.analysis.range_ticks import edge_ticks, recording_gaps, tick_before
 from daemon.analysis.recorded_spend import (
     CostBetween,
     recorded_cost_between,
@@ -179,7 +179,7 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     window_cost = (_recorded_cost(recorded_spend, price, processes, readings, start, end,
                                   cost_between)
                    if recorded_spend else None) or _window_cost(
-        _with_run_edges(reader, sampled, start, end, starts, prices, thresholds), start, end,
+        *_with_run_edges(reader, sampled, start, end, starts, prices, thresholds), start, end,
         price, processes, interval, jobs, readings, cost_between)
     # Each kind as it was at the window's end (the store's kind history), else as the daemon
     # last classified it (a store from before the history: meta "kinds").
@@ -276,24 +276,36 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
 
 def _with_run_edges(reader: StoreReader, raw: RawWindow, start: float, end: float,
                     starts: tuple[float, ...], prices: PriceHistory,
-                    thresholds: IdleThresholds) -> RawWindow:
+                    thresholds: IdleThresholds
+                    ) -> tuple[RawWindow, frozenset[int], float | None]:
     """`raw` with the window's first and last ticks and each daemon start's edges in it
     (range_ticks.edge_ticks: the ticks the snapshot page and replay add too) where the read
     skipped them. A sampled read charged nothing before the first tick it picked, after its
     last, nor from the last it picked before a restart to the first after it (the ledger
     charges nothing across a start): probe 84's a.db, every 3rd of 661 ticks, read $5.972
-    for the $5.999 its 659 s cost."""
+    for the $5.999 its 659 s cost. And the two ticks of each recording gap inside a run
+    (range_ticks.recording_gaps, longer than the ledger's cap): returned with the ticks that
+    end one (ms), which the replay caps as the ledger did (CostLedger gap_ends), where the
+    sampled read's cap, widened by its step, charged a stall of up to 3 steps whole. And the
+    last tick at or before the window's start (None: none), from which its first tick after
+    the start is charged, as the ledger charged it (a gap to it as capped, nothing across a
+    daemon start)."""
     have = {round(sample.ts * 1000) for sample in raw.samples}
-    edges = edge_ticks(reader, start, end, starts)
+    before = tick_before(reader, start)
+    # (the gaps from the tick before the window: its first tick's interval may be one)
+    gaps = recording_gaps(reader, start if before is None else before, end)
+    ends = frozenset(ts for _, ts in gaps)
+    edges = edge_ticks(reader, start, end, starts, gaps)
     missing = sorted(edges - have)
     if not missing:
-        return raw
+        return raw, ends, before
     picked = list(zip(raw.samples, raw.costs, strict=True))
     for ts in missing:
         edge = RawWindow.read(reader, ts / 1000, ts / 1000, 1, prices, thresholds)
         picked += zip(edge.samples, edge.costs, strict=True)
     picked.sort(key=lambda pair: pair[0].ts)
-    return RawWindow([sample for sample, _ in picked], [cost for _, cost in picked])
+    return (RawWindow([sample for sample, _ in picked], [cost for _, cost in picked]),
+            ends, before)
 
 
 def _add_tail(reader: StoreReader, found: tuple[CostLedger, Any] | None, start: float,
@@ -440,13 +452,19 @@ def _phases_json(balance: dict[str, Any] | None) -> dict[str, Any]:
             for phase, part in balance.items()}
 
 
-def _window_cost(raw: RawWindow, start: float, end: float, price: dict[str, Any] | None,
+def _window_cost(raw: RawWindow, gap_ends: frozenset[int], before: float | None, start: float,
+                 end: float, price: dict[str, Any] | None,
                  processes: list[dict[str, Any]], interval: float,
                  jobs: dict[str, str] | None = None,
                  readings: team_review.Readings | None = None,
                  cost_between: CostBetween | None = None) -> dict[str, Any]:
     """Burn and spend over the window from the recorded samples the report read (`raw`, each
-    priced with the host's price) and the host's price.
+    priced with the host's price, with the ticks of each recording gap: `gap_ends`, the ticks
+    that end one) and the host's price. Each tick after the window's start is charged the
+    interval before it, the first from the last tick at or before the start (`before`), as the
+    review places a cut hour's spend (queries._recorded_shares): two adjacent windows add up
+    to their union, and a window's spend is its review's (probe 153 M2: the first tick's
+    interval was left out, a 20 s window of 1 s ticks charged 19 s).
 
     Recomputed with the same cost model the daemon runs live (daemon.analysis.cost.burn), sample by
     sample, so the report and the live view agree.
@@ -472,12 +490,15 @@ def _window_cost(raw: RawWindow, start: float, end: float, price: dict[str, Any]
         return empty
     # The daemon's ledger, replayed: its job labels, the storage walk and the unit-cost
     # counters as they were read (what each target had cost at each reading).
-    # A gap longer than the ledger's (the daemon stopped) is not charged; sampled ticks are
-    # further apart than recorded ones by the sampling step, so the limit grows with it.
+    # Sampled ticks are further apart than recorded ones by the sampling step, so the limit
+    # grows with it; a recording gap inside a run (`gap_ends`, both its ticks read) is capped
+    # as the ledger capped it, and nothing is charged across a daemon start.
     step = (end - start) / len(samples)
     readings = readings or {}
     ledger = CostLedger(jobs, max_gap_s=max(recording_gap_s(interval), 3 * step),
-                        run_starts=run_starts(readings))
+                        run_starts=run_starts(readings), gap_ends=gap_ends)
+    # (readings hold the last daemon start before the window: none charged across it)
+    ledger.last_ts = before
     # each counter's target's dollars at its readings' times, as the replay charged them: a
     # target's dollars between two readings where the store recorded no hour spend
     targets = {m.target for m in unit_meters(readings).values()}

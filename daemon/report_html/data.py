@@ -21,7 +21,7 @@ from daemon.analysis.gpu_models import split_by_model
 from daemon.analysis.idle import costed_to
 from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s, run_starts
 from daemon.analysis.price_history import PriceHistory, as_then
-from daemon.analysis.range_ticks import with_edges
+from daemon.analysis.range_ticks import gap_ends, tick_before, with_edges
 from daemon.analysis.recorded_spend import recorded_cost_between
 from daemon.sources.safe_text import one_line
 from daemon.store import queries
@@ -150,7 +150,12 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
     by_process: dict[tuple[int, float], list[float]] = {}
     max_gap_s = max(recording_gap_s(interval), 1.5 * (end - start) / max(len(spread) - 1, 1))
     if priced:
-        ledger = CostLedger(max_gap_s=max_gap_s, run_starts=starts)
+        # (its first tick after the start charged the interval before it, as the report's
+        # spend and the review charge it: the tick before the range, where the file holds one)
+        before = tick_before(reader, start)
+        ledger = CostLedger(max_gap_s=max_gap_s, run_starts=starts,
+                            gap_ends=gap_ends(reader, start if before is None else before, end))
+        ledger.last_ts = before
         total, wasted, idle = [], [], []
         for sample, charged in priced:
             current = burn(sample, charged, thresholds)

@@ -329,12 +329,18 @@ def spend_by_day(reader: StoreReader, since: float, until: float,
         clock_share = (inside[1] - inside[0]) / hour_ms
         if shares is not None:
             shares[SPEND_IDLE_KEY] = _idle_share(rows, shares)
+        # (the host's seconds by time, its dollars by dollars: probe 153 M3, a window of the
+        # part of an hour at $5.67/h beside a part at $10/h read 20 % more seconds than it held,
+        # and its burn per hour as much less)
+        seconds_share = clock_share if shares is None else shares.get(SPEND_SECONDS_KEY,
+                                                                      shares[0])
         for r in rows:
             share = clock_share if shares is None else shares.get(r["key"], shares[0]) \
                 if r["key"] else shares.get(_HOST_METRIC_KEYS.get(r["metric"], 0), shares[0])
             if share > 0:
                 out.append(((inside[0] + inside[1]) / 2000, r["key"], r["metric"],
-                            r["n"] / 1000 * share, r["sum"] / MICRODOLLARS * share))
+                            r["n"] / 1000 * (share if r["key"] else seconds_share),
+                            r["sum"] / MICRODOLLARS * share))
     return out
 
 
@@ -487,8 +493,10 @@ def _held_ms(reader: StoreReader, part: list[tuple[int, float]], keys: list[int]
 
 
 # Keys of `_recorded_shares` beside the host (0) and process ids (positive): the host's idle and
-# waste, which its spend's share does not place.
-SPEND_IDLE_KEY, SPEND_WASTED_KEY = -1, -2
+# waste, which its spend's share does not place, and the part of the host's seconds inside (by
+# time: the host's share is by dollars, each tick at its price, and differs where the price
+# changed in the hour).
+SPEND_IDLE_KEY, SPEND_WASTED_KEY, SPEND_SECONDS_KEY = -1, -2, -3
 _HOST_METRIC_KEYS = {SPEND_METRICS["idle"]: SPEND_IDLE_KEY,
                      SPEND_METRICS["wasted"]: SPEND_WASTED_KEY}
 
@@ -580,8 +588,10 @@ def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
                                      else _interval_ms(reader))
         held_kept = _held_ms(reader, [(ts, float(ms)) for ts, ms in ticks], keys, minutes,
                              through_ms) if keys else {}
-        shares = {0: min(1.0, (sum(ms for _, ms in part)
-                               + max(0.0, host_ms - kept) * inside_part) / host_ms)}
+        pruned_ms = max(0.0, host_ms - kept) * inside_part
+        shares = {0: min(1.0, (sum(ms for _, ms in part) + pruned_ms) / host_ms),
+                  SPEND_SECONDS_KEY: min(1.0, (sum(ms for ts, ms in ticks if lo < ts <= hi)
+                                               + pruned_ms) / host_ms)}
         for key, ms in held.items():
             row_ms = charged[key]
             shares[key] = (min(1.0, (ms + max(0.0, row_ms - held_kept.get(key, 0.0))
@@ -592,7 +602,8 @@ def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
     # price has its milliseconds' share, and the hour's mean price is not its own).
     whole = _held_ms(reader, [(ts, ms * weight[ts]) for ts, ms in ticks], keys, minutes,
                      through_ms) if weight and keys else {}
-    shares = {0: min(1.0, sum(ms for _, ms in part) / host_ms)}
+    shares = {0: min(1.0, sum(ms for _, ms in part) / host_ms),
+              SPEND_SECONDS_KEY: min(1.0, sum(ms for ts, ms in ticks if lo < ts <= hi) / host_ms)}
     for key, ms in held.items():
         row_ms = whole.get(key) or charged[key]
         shares[key] = (min(1.0, ms / row_ms) if isinstance(row_ms, int | float)

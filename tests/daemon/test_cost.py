@@ -509,3 +509,25 @@ def test_unit_cost_from_local_prometheus(counter_server):
     ledger.add_meter(bad)
     ledger.poll_unit_costs(timeout_s=0.5)
     assert bad.error
+
+
+def test_a_stall_longer_than_a_minute_is_charged_its_first_minute_as_readme_says():
+    """Probe 153 L4: README said a recording gap over a minute is charged nothing, while the
+    ledger charges the first minute of a stall inside a run (at the burn of the tick after it)
+    and counts the rest in unaccounted_seconds; the time between two runs is not charged nor
+    counted. README now says what the ledger does."""
+    from tests.livedaemon import ROOT
+
+    hp = price(5.672, 1)
+    procs = (proc(1, [(0, GIB, 100)]),)
+    ledger = CostLedger()
+    t0 = 1_796_627_000.0
+    for ts in (t0, t0 + 1, t0 + 1 + 105.7, t0 + 2 + 105.7):
+        ledger.add(burn(Sample(ts, 1, gpus=(gpu(0, 100),), processes=procs), hp))
+    assert ledger.seconds == pytest.approx(1 + 60 + 1)
+    assert ledger.unaccounted_seconds == pytest.approx(45.7)
+    assert ledger.total == pytest.approx(5.672 * 62 / 3600)
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "stalled for over a minute), which nothing is charged for" not in readme
+    assert ("longer than a minute, its first minute is charged at the burn of the tick after it "
+            "and the rest is `unaccounted_seconds`") in readme

@@ -453,3 +453,42 @@ def test_the_page_and_the_replay_say_the_reports_spend_of_a_long_range_across_a_
     assert page.price_changes[0][0] == pytest.approx(start)  # the range's first tick's price
     with Replay(db) as replay:
         assert replay.state_at(runs[1][-1])["cost"]["total"] == pytest.approx(expected, rel=1e-6)
+
+
+def test_the_page_and_the_replay_charge_a_stall_as_the_ledger_did(tmp_path):
+    """Probe 153 H1, the page's and the replay's side: an even spread of 240 ticks of 14 h of
+    10 s ticks holding a 600 s stall of the daemon inside a run, replayed with a gap cap
+    widened to 1.5 steps (316 s), charged 316 s of the stall; the ledger charged its first
+    minute. All three now read the stall's two ticks and cap that interval at the ledger's
+    minute (range_ticks)."""
+    from daemon.replay import Replay
+    from daemon.runtime.resume import record_price, record_start
+
+    config = make_config(tmp_path, instance=P4D)
+    price, _, _ = price_host.price_host(config, None, 2)
+    price = dataclasses.replace(price, per_hour=32.7726, gpu_count=2)
+    start = time.time() // 86400 * 86400 - 86400 + 3600 + 0.25  # yesterday, one UTC day
+    run = [start + 10.0 * i for i in range(2520)]
+    run += [run[-1] + 600.0 + 10.0 * i for i in range(2520)]
+    db = tmp_path / "mlcost.db"
+    with Store(str(db)) as store:
+        record_start(store, run[0] - 1.5)
+        record_price(store, price, run[0] - 1.5)
+        for tick, ts in enumerate(run, 1):
+            gpus = tuple(GpuSample(n, f"GPU-{n}", "A100", utilization=50.0, power_watts=100.0,
+                                   memory_used_bytes=1 << 30, memory_total_bytes=40 << 30)
+                         for n in range(2))
+            store.write(Sample(ts=ts, tick=tick, gpus=gpus))
+        store.set_meta("host", {"hostname": "box", "interval_s": 10.0, "price": price.as_dict()})
+    expected = (2 * 2519 * 10 + 60) * 32.7726 / 3600  # the stall's first minute
+    reader = StoreReader(str(db))
+    try:
+        document = report.build(reader, run[-1] - start + 1, until=run[-1], config=config)
+    finally:
+        reader.close()
+    assert document["spend"]["total"] == pytest.approx(expected, rel=1e-6)
+    assert document["spend"]["unaccounted_seconds"] == pytest.approx(540.0)
+    page = report_html.collect(db)
+    assert page.spend == pytest.approx(expected, rel=1e-6)
+    with Replay(db) as replay:
+        assert replay.state_at(run[-1])["cost"]["total"] == pytest.approx(expected, rel=1e-6)

@@ -522,8 +522,9 @@ def test_an_hour_the_window_cuts_across_a_price_change_is_what_its_ticks_cost(tm
     # the trainer runs through the restart, or bob's job takes the GPU after it
     _record_runs(db, [first, second], 32.7726, through=second[-1] + 0.5,
                  rates=(32.7726, 55.06), processes=((TRAIN,), (BOBS,) if bob else (TRAIN,)))
-    # the window's ends, on ticks (the report's spend charges its first tick nothing, the
-    # review's the interval before it): in run 1, its last tick, in run 2, its last
+    # the window's ends, on ticks (a tick at the window's start charged its interval in the
+    # window before it, by the report's spend and the review alike): in run 1, its last tick,
+    # in run 2, its last
     ends = [first[10], first[-1], second[150], second[-1]]
     out = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db), "--since",
                           str(ends[until] - ends[since]), "--until", str(ends[until]),
@@ -866,3 +867,91 @@ def test_the_pages_detail_column_shows_only_where_a_recommendation_has_one():
     assert "<th>detail</th>" in page and "<td>done</td>" in page
     assert page.count("<tr>") == 3  # the heading and the two rows, each with its four cells
     assert page.count("<td") == 8
+
+
+@pytest.mark.parametrize("since", ["20m", "3h", "6h"])
+def test_a_stall_inside_a_run_is_charged_as_the_ledger_charged_it(tmp_path, since):
+    """Probe 153 H1: the daemon SIGSTOPped for 105 s mid-run. Its ledger charged the stall's
+    first minute and left 45 s unaccounted; a 3 h report, replaying an even spread of the ticks
+    with its gap cap widened to 3 sampling steps (216 s), charged the whole stall: $0.072 more
+    than the ledger, the review and README (and a sampled-out tick beside the stall moved 1 s
+    from charged to unaccounted at 20 minutes)."""
+    db = tmp_path / "mlcost.db"
+    hour = int(time.time() // 3600 * 3600) - 3 * 3600
+    rate = 5.672
+    run = [hour + 600 + i * 1.0 for i in range(300)]
+    run += [run[-1] + 105.7 + i * 1.0 for i in range(300)]
+    charged = _record_runs(db, [run], rate, through=run[-1] + 0.5, maintained=True)
+    assert charged == pytest.approx(598 + 60.0)
+    out = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db), "--since",
+                          since, "--until", str(run[-1] + 0.5), "--json"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    document = json.loads(out.stdout)
+    spend = document["spend"]
+    assert spend["seconds"] == pytest.approx(charged, abs=1e-3)
+    assert spend["unaccounted_seconds"] == pytest.approx(45.7, abs=1e-3)
+    assert spend["total"] == pytest.approx(rate / 3600 * charged, rel=1e-6)
+    assert document["review"]["spend"]["total"] == pytest.approx(spend["total"], rel=1e-5)
+
+
+def test_adjacent_windows_add_up_to_their_union_and_each_is_its_reviews_spend(tmp_path):
+    """Probe 153 M2: a window's spend charged its ticks from the first one it held, so each
+    window left out its first tick's interval: two adjacent 20 s windows of 1 s ticks read
+    19 s each ($0.029929 + $0.029926) against their union's 39 s ($0.061431), and the review
+    (each tick charged the interval before it) read 20 s. The window across a restart charges
+    nothing across it, nor the run's first tick."""
+    db = tmp_path / "mlcost.db"
+    hour = int(time.time() // 3600 * 3600) - 2 * 3600
+    rate = 5.672
+    first = [hour + 600 + i * 1.0 for i in range(100)]
+    second = [first[-1] + 81.0 + i * 1.0 for i in range(100)]
+    _record_runs(db, [first, second], rate, through=second[-1] + 0.5)
+
+    def spend(since: float, until: float) -> tuple[float, float, float]:
+        out = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db),
+                              "--since", str(until - since), "--until", str(until), "--json"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        document = json.loads(out.stdout)
+        return (document["spend"]["total"], document["spend"]["seconds"],
+                document["review"]["spend"]["total"])
+
+    middle = first[40] + 0.5  # (off the ticks: each window cuts a tick's interval)
+    a, b, union = spend(middle - 20, middle), spend(middle, middle + 20), spend(middle - 20,
+                                                                                middle + 20)
+    assert a[1] == pytest.approx(20.0) and b[1] == pytest.approx(20.0)  # were 19
+    assert a[0] + b[0] == pytest.approx(union[0], rel=1e-6)
+    assert a[0] == pytest.approx(rate / 3600 * 20, rel=1e-6)
+    for total, _, review in (a, b, union):
+        assert total == pytest.approx(review, rel=1e-5)
+    # across the restart: the first run's last 10 s and the second's first 9 (its first tick
+    # charged nothing), not the 81 s between
+    across = spend(first[-1] - 9.5, second[9] + 0.5)
+    assert across[1] == pytest.approx(19.0)
+    assert across[0] == pytest.approx(across[2], rel=1e-5)
+
+
+def test_the_seconds_of_an_hour_cut_across_a_price_change_are_its_ticks_time(tmp_path):
+    """Probe 153 M3: an hour that ran at $5.672/h, then $10/h, then $5.672/h again; a window
+    over 7 h (read from the recorded hour spend) ending after the $10/h run. Its dollars were
+    right, but the hour's seconds were placed by the same price-weighted share as its dollars:
+    238 s for the 198 s its ticks charged, and burn.total_per_hour $6.52 for $7.84."""
+    db = tmp_path / "mlcost.db"
+    hour = int(time.time() // 3600 * 3600) - 3 * 3600
+    first = [hour + 600 + i * 1.0 for i in range(100)]
+    second = [first[-1] + 81.0 + i * 1.0 for i in range(100)]
+    third = [second[-1] + 35.0 + i * 1.0 for i in range(200)]
+    _record_runs(db, [first, second, third], 5.672, through=third[-1] + 0.5,
+                 rates=(5.672, 10.0, 5.672))
+    until = second[-1] + 0.5
+    out = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db), "--since",
+                          "7h", "--until", str(until), "--json"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    document = json.loads(out.stdout)
+    assert document["window"]["source"] == "rollups"
+    dollars = (99 * 5.672 + 99 * 10.0) / 3600
+    assert document["spend"]["total"] == pytest.approx(dollars, rel=1e-5)
+    assert document["spend"]["seconds"] == pytest.approx(198.0, abs=1e-3)  # was 231
+    assert document["burn"]["total_per_hour"] == pytest.approx(dollars / 198.0 * 3600, rel=1e-5)
