@@ -21,6 +21,7 @@ from test_rules import CATALOG, P4D, by_rule, idle_held_phases, pid_id, window
 
 from daemon.analysis.analyzer import Analyzer
 from daemon.analysis.idle import IdleThresholds
+from daemon.analysis.idleness import process_evidence
 from daemon.analysis.kinds import NOTEBOOK, TRAINING, Kind
 from daemon.analysis.rules import build_analysis, evaluate
 from daemon.analysis.rules import idle as rules_idle
@@ -29,6 +30,7 @@ from daemon.analysis.rules.window import ProcessHistory
 from daemon.analysis.stack_rules import (
     CHILD_WAIT,
     FD_WAIT,
+    FILE_WAIT,
     LOCK_WAIT,
     STOPPED,
     TIMER_WAIT,
@@ -38,6 +40,10 @@ from daemon.wire import LOW_CONFIDENCE
 LIMITS = {"idle_held_min_s": 60.0, "host_idle_min_s": 60.0}
 SLEEP = "sleeping or waiting: `time.sleep(3600)` with the GPU idle"
 EVENT = "waiting in Condition.wait (threading.py:331 Condition.wait)"
+FILE_AWAITED = (f"{FILE_WAIT}: sleeping (`time.sleep(10)`) in a loop that checks for a path "
+                "(`while not os.path.exists(\"/data/prep/_SUCCESS\"):`, line 6): a done-marker, "
+                "a go-file or a resume file that another job or a person writes; it goes on "
+                "when the file appears")
 PAUSE = ("waiting for a signal (another process may poke it to work, or it waits to be "
          "stopped): `signal.pause()`")
 
@@ -91,6 +97,10 @@ LOOKS_FIRST = {
             s, "waiting in select (selectors.py:468 EpollSelector.select)", idle=1.0),
         Kind(TRAINING, 0.6, ("test",), udp_wildcard_ports=(47151,)), None,
         rules_idle.ON_DATAGRAMS),
+    # probe 152 H2: a trainer sleeping until a preprocessing job's done-marker appears
+    "waiting for a file another process writes": (
+        lambda: idle_job(), lambda s: idle_held_phases(s, FILE_AWAITED, idle=1.0),
+        TRAINING, None, rules_idle.ON_A_FILE),
     "an asyncio loop a timer wakes": (
         lambda: idle_job(), lambda s: idle_held_phases(
             s, f"{TIMER_WAIT} (selectors.py:468 EpollSelector.select)", idle=1.0),
@@ -233,3 +243,20 @@ def test_one_run_then_a_wait_for_a_signal_says_so():
     verdict = idle_verdict(proc, analysis)
     assert "then waits for a signal (" in verdict.action["text"], verdict.action
     assert "then waits for a signal: one run seen" in (verdict.why or ""), verdict.why
+
+
+def test_a_file_wait_says_what_to_look_at():
+    """Probe 152 H2: a trainer sleeping until a done-marker appears was offered the SIGTERM and
+    let the host stop. Its look first names the wait: the path and its writer to find (strace,
+    what else works on the host); and a tick's /v1/idle counts the file wait as work as it
+    counts a remote service's retry."""
+    samples = idle_job()
+    analysis = analysis_of(samples, idle_held_phases(samples, FILE_AWAITED, idle=1.0), TRAINING,
+                           None)
+    [proc] = analysis.processes
+    action = idle_verdict(proc, analysis).action
+    assert "sleeps in a loop until a file appears" in action["text"], action
+    assert any("strace" in c and "trace=file" in c for c in action["commands"]), action
+    assert not any("kill" in c for c in action["commands"][:2]), action
+    tick = {"phase": "idle", "phase_reasons": {"idle": FILE_AWAITED}, "phases": {"idle": 0.99}}
+    assert any("until a file appears" in why for why, _ in process_evidence(tick))

@@ -70,6 +70,7 @@ from daemon.analysis.rules.window import GIB, Analysis, ProcessWindow
 from daemon.analysis.stack_rules import (
     CHILD_WAIT,
     FD_WAITS,
+    FILE_WAIT,
     JOB_WAIT,
     LOCK_WAIT,
     PROMPT_WAIT,
@@ -330,6 +331,23 @@ def _look_first_prompt(proc: ProcessWindow) -> dict[str, object]:
                          signal_command(proc.pid, proc.start_time)]}
 
 
+def _look_first_file(proc: ProcessWindow, where: str) -> dict[str, object]:
+    """Its stacks sleep in a loop that checks for a path (FILE_WAIT): a done-marker, a go-file
+    or a resume file that another job or a person writes. Who writes it no stack says: find
+    the path and its writer before anyone stops it."""
+    return {"kind": "copy_commands",
+            "text": f"pid {proc.pid} sleeps in a loop until a file appears ({where}): a "
+                    "done-marker, a go-file or a resume file that another job on this host or "
+                    "a person writes; it goes on when the file appears. Find the path it checks "
+                    "and whether anything will write it (a preprocessing job still at work) "
+                    "before stopping it or the host; if nothing will, stop it",
+            "commands": [f"sudo strace -tt -e trace=file -p {proc.pid}  # the path it checks "
+                         "when it wakes",
+                         "ps -eo pid,user,etime,pcpu,args --sort=-pcpu | head  # what else "
+                         "works on this host",
+                         signal_command(proc.pid, proc.start_time)]}
+
+
 def _look_first_sockets_unknown(proc: ProcessWindow) -> dict[str, object]:
     """Its sockets could not all be read (Kind.sockets_unknown): it may listen on a port no read
     saw, a server waiting for requests. What to look at, never a SIGTERM from here."""
@@ -535,6 +553,7 @@ AT_PROMPT = "at_prompt"
 ON_A_CHILD, ON_PEERS, ON_A_TIMER, POLLER = "on_a_child", "on_peers", "on_a_timer", "poller"
 ON_DATAGRAMS = "on_datagrams"
 ON_REMOTE = "on_a_remote_service"
+ON_A_FILE = "on_a_file"
 BETWEEN_BATCHES, PERIODIC, ONE_RUN, UNSEEN = ("between_batches", "periodic", "one_run",
                                               "ran_unseen")
 
@@ -610,6 +629,11 @@ def idle_verdict(proc: ProcessWindow, a: Analysis) -> IdleVerdict:
             ON_REMOTE, lambda: _look_first_remote(proc, where),
             lambda: f"retries or polls a remote service ({where}: it sleeps between requests) "
                     "and goes on when the service answers")
+    if waits_in.startswith(FILE_WAIT):
+        return IdleVerdict(
+            ON_A_FILE, lambda: _look_first_file(proc, where),
+            lambda: f"sleeps in a loop until a file appears ({where}): another job or a person "
+                    "may be writing it")
     notebook = proc.kind.kind == NOTEBOOK
     if not notebook and proc.kind.peer_connections > 0 and waits_in.startswith(FD_WAITS):
         return IdleVerdict(
