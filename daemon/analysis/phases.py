@@ -70,6 +70,7 @@ from daemon.analysis.stack_rules import (
     REMOTE_FETCHES,
     REMOTE_WAIT,
     RUNS_OPTIMIZER_STEP,
+    SCRIPT_PROMPT,
     SLEEP_CALL,
     SOCKET_READ_CALL,
     SOURCE_CALLS,
@@ -199,7 +200,8 @@ def classify(
     the user line (idle; a sleep whose function, or its caller, polls a redis queue with a
     non-blocking take, an SQS queue with a receive, or a folder with a listing, a few lines
     away, `_polls_broker`: JOB_WAIT; one in a loop that checks for a path, `_waits_for_file`:
-    FILE_WAIT) > D
+    FILE_WAIT; input() in C on the user's line, not reading a pipe: a person's prompt in a
+    terminal, PROMPT_WAIT) > D
     state or iowait growth (data_wait) > the same user line repeating (sync) > a blocked main
     thread (idle) > unknown. GPU busy: comm and eval still count as themselves (collectives and
     evaluation keep a GPU busy too); everything else is compute.
@@ -414,6 +416,15 @@ def classify(
                 return timer
         return _said(wait, responsible)
     if line_call is not None and line_call[0] == IDLE:
+        if _calls(responsible, PROMPT_CALL, source_line) and (
+                signals is None or signals.main_thread_blocked_on is None):
+            # input() in C on its user's line, not on a pipe (a terminal, or /proc would not
+            # say): a person is asked, as at a REPL's prompt (probe 152 M1: "Start the 12 h
+            # fine-tune now? [y/N]" was offered the SIGTERM). On a pipe, a notebook kernel's
+            # stdin from Jupyter: as before, its notebook's own SIGTERM (issue 21)
+            return Classification(
+                IDLE, f"{PROMPT_WAIT}: {SCRIPT_PROMPT} waiting for its user's answer "
+                f"(`{_code(responsible, source_line)}`)", responsible)
         outside = frames.index(responsible) + 1 if responsible is not None else len(frames)
         polling = _polls_broker(responsible, frames[outside] if outside < len(frames) else None,
                                 source_line)

@@ -93,6 +93,12 @@ LOCK_CALL = re.compile(r"\b(fcntl\.)?(flock|lockf)\(|\.acquire\(|"
 # its user away or thinking: rules/idle.py looks first (close it when done), never the SIGTERM
 # that would lose what the user loaded.
 PROMPT_WAIT = "waiting at its interactive prompt"
+# A script's input() on its user's line, no Python frame below it (C), its main thread not
+# reading a pipe (a terminal's, or /proc would not say): a person is asked ("Start the fine-tune
+# now? [y/N]"), as at a REPL's prompt, and read so (PROMPT_WAIT, this after it): look first,
+# never the SIGTERM that would lose what the script has done. A notebook kernel's input() reads
+# its pipe from Jupyter: a sleep as before, the notebook's SIGTERM ("save the notebook ...").
+SCRIPT_PROMPT = "an input() prompt of its script"
 # A main thread waiting on file descriptors: a select() or poll() on its line (C), the
 # selectors module, an asyncio loop. With TCP connections it opened (Kind.peer_connections: to
 # a job server, a coordinator) it may wait for whoever is at the other end: rules/idle.py looks

@@ -32,6 +32,8 @@ from daemon.analysis.stack_rules import (
     FD_WAIT,
     FILE_WAIT,
     LOCK_WAIT,
+    PROMPT_WAIT,
+    SCRIPT_PROMPT,
     STOPPED,
     TIMER_WAIT,
 )
@@ -44,6 +46,10 @@ FILE_AWAITED = (f"{FILE_WAIT}: sleeping (`time.sleep(10)`) in a loop that checks
                 "(`while not os.path.exists(\"/data/prep/_SUCCESS\"):`, line 6): a done-marker, "
                 "a go-file or a resume file that another job or a person writes; it goes on "
                 "when the file appears")
+ASKED = (f"{PROMPT_WAIT}: {SCRIPT_PROMPT} waiting for its user's answer (`ans = input(\"Start "
+         "the 12 h fine-tune now? [y/N] \")`)")
+REPL = (f"{PROMPT_WAIT}: an interpreter in a terminal reading its user's next line (in C: no "
+        "Python frame)")
 PAUSE = ("waiting for a signal (another process may poke it to work, or it waits to be "
          "stopped): `signal.pause()`")
 
@@ -101,6 +107,13 @@ LOOKS_FIRST = {
     "waiting for a file another process writes": (
         lambda: idle_job(), lambda s: idle_held_phases(s, FILE_AWAITED, idle=1.0),
         TRAINING, None, rules_idle.ON_A_FILE),
+    # probe 152 M1: a script asking its user at input() in a terminal, as a REPL's prompt
+    "a script's input() prompt": (
+        lambda: idle_job(), lambda s: idle_held_phases(s, ASKED, idle=1.0),
+        TRAINING, None, rules_idle.AT_PROMPT),
+    "an interactive Python prompt": (
+        lambda: idle_job(command="python"), lambda s: idle_held_phases(s, REPL, idle=1.0),
+        NOTEBOOK, None, rules_idle.AT_PROMPT),
     "an asyncio loop a timer wakes": (
         lambda: idle_job(), lambda s: idle_held_phases(
             s, f"{TIMER_WAIT} (selectors.py:468 EpollSelector.select)", idle=1.0),
@@ -245,11 +258,12 @@ def test_one_run_then_a_wait_for_a_signal_says_so():
     assert "then waits for a signal: one run seen" in (verdict.why or ""), verdict.why
 
 
-def test_a_file_wait_says_what_to_look_at():
-    """Probe 152 H2: a trainer sleeping until a done-marker appears was offered the SIGTERM and
-    let the host stop. Its look first names the wait: the path and its writer to find (strace,
-    what else works on the host); and a tick's /v1/idle counts the file wait as work as it
-    counts a remote service's retry."""
+def test_a_file_wait_and_a_scripts_prompt_say_what_to_look_at():
+    """Probe 152 H2 and M1: a trainer sleeping until a done-marker appears, and a script waiting
+    at input() in a terminal, were offered the SIGTERM and let the host stop. Their look firsts
+    name the wait: the path and its writer to find (strace, what else works on the host), the
+    prompt's user to ask (not "exit() or Ctrl-D at the prompt", a REPL's words); and a tick's
+    /v1/idle counts the file wait as work as it counts a remote service's retry."""
     samples = idle_job()
     analysis = analysis_of(samples, idle_held_phases(samples, FILE_AWAITED, idle=1.0), TRAINING,
                            None)
@@ -258,5 +272,12 @@ def test_a_file_wait_says_what_to_look_at():
     assert "sleeps in a loop until a file appears" in action["text"], action
     assert any("strace" in c and "trace=file" in c for c in action["commands"]), action
     assert not any("kill" in c for c in action["commands"][:2]), action
+    samples = idle_job()
+    analysis = analysis_of(samples, idle_held_phases(samples, ASKED, idle=1.0), TRAINING, None)
+    [proc] = analysis.processes
+    verdict = idle_verdict(proc, analysis)
+    assert "waits at an input() prompt of its script" in verdict.action["text"], verdict.action
+    assert "Ctrl-D" not in verdict.action["text"], verdict.action
+    assert "input() prompt of its script" in (verdict.why or ""), verdict.why
     tick = {"phase": "idle", "phase_reasons": {"idle": FILE_AWAITED}, "phases": {"idle": 0.99}}
     assert any("until a file appears" in why for why, _ in process_evidence(tick))

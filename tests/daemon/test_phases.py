@@ -2061,6 +2061,42 @@ def test_a_sleep_in_a_loop_that_checks_for_a_path_waits_for_a_file():
             source, found)
 
 
+# Probe 152 M1: a script that asks its user before the long run (progs/p9_input.py), as py-spy
+# dumps it at its prompt: input() is C, no frame below the user's line.
+ASKING = [("/home/me/p9_input.py", "<module>", 6)]
+ASKING_SOURCE = {("<module>", 6): 'ans = input("eval loss 2.31. Start the 12 h fine-tune now? '
+                                  '[y/N] ")'}
+
+
+def test_a_scripts_input_prompt_waits_for_its_user_as_a_repls_prompt_does():
+    """Probe 152 M1: a script waiting at `input("... [y/N] ")` read 'sleeping or waiting'
+    (idle) and idle_gpu_held offered the SIGTERM, while a REPL at its prompt is looked at
+    first. input() on the user's line with no frame below it, its main thread reading no pipe
+    (a terminal's read, which /proc names not), is a person's prompt too: PROMPT_WAIT, the
+    script's prompt named."""
+    for at in (signals(tree_cpu=0.0, main_thread_woke=False), None):
+        found = classify(threads(ASKING), gpu_busy=False, source_line=by_frame(ASKING_SOURCE),
+                         signals=at)
+        assert found.phase == "idle", found
+        assert found.reason.startswith(
+            f"{stack_rules.PROMPT_WAIT}: {stack_rules.SCRIPT_PROMPT}"), found
+        assert "Start the 12 h fine-tune" in found.reason, found
+        assert found.frame == Frame("<module>", ASKING[0][0], 6), found
+    # at a pipe (a notebook kernel's stdin from Jupyter): a sleep as before, the notebook's own
+    # SIGTERM (test_input_on_a_pipe_is_a_prompt_waiting_for_its_user_not_a_job_wait)
+    piped = signals(main_thread_blocked_on=proc_state.ANONYMOUS_PIPE, tree_cpu=0.0,
+                    main_thread_woke=False)
+    found = classify(threads(ASKING), gpu_busy=False, source_line=by_frame(ASKING_SOURCE),
+                     signals=piped)
+    assert found.reason.startswith("sleeping or waiting"), found
+    # a sleep is no prompt; the GPU busy is compute
+    sleep = {("<module>", 6): "time.sleep(60)  # input() later"}
+    assert classify(threads(ASKING), gpu_busy=False, source_line=by_frame(sleep)
+                    ).reason.startswith("sleeping or waiting")
+    assert classify(threads(ASKING), gpu_busy=True, source_line=by_frame(ASKING_SOURCE)
+                    ).phase == "compute"
+
+
 # A redis.asyncio worker awaiting BLPOP, as py-spy dumps it (Python 3.11,
 # tests/daemon/workloads/redis_async_worker.py): the event loop's select; no coroutine frame.
 ASYNC_LOOP = [(f"{STDLIB}/selectors.py", "EpollSelector.select", 468),

@@ -75,6 +75,7 @@ from daemon.analysis.stack_rules import (
     LOCK_WAIT,
     PROMPT_WAIT,
     REMOTE_WAIT,
+    SCRIPT_PROMPT,
     SIGNAL_WAIT,
     SLEEP_CALL,
     SLEEP_WAIT,
@@ -319,13 +320,18 @@ def _look_first(proc: ProcessWindow) -> dict[str, object]:
                          signal_command(proc.pid, proc.start_time)]}
 
 
-def _look_first_prompt(proc: ProcessWindow) -> dict[str, object]:
+def _look_first_prompt(proc: ProcessWindow, script_at: str | None = None) -> dict[str, object]:
     """An interactive Python prompt waits for its user's next line: its user's session, with
-    what they loaded in it; closed by them when done, not stopped from here."""
-    return {"kind": "copy_commands",
-            "text": f"pid {proc.pid} is an interactive Python prompt waiting for its user's next "
-                    "line: ask its user to close it when done (exit() or Ctrl-D at the prompt) "
-                    "to free the GPU; stopping it loses what they loaded in it",
+    what they loaded in it; closed by them when done, not stopped from here. `script_at`: a
+    script's input() prompt there (file:line) asks its user instead: they answer it."""
+    text = (f"pid {proc.pid} waits at an input() prompt of its script ({script_at}) for its "
+            "user's answer: ask its user to answer it, or to end the script if it is no longer "
+            "wanted, to free the GPU; stopping it loses what the script has done so far"
+            if script_at is not None else
+            f"pid {proc.pid} is an interactive Python prompt waiting for its user's next "
+            "line: ask its user to close it when done (exit() or Ctrl-D at the prompt) "
+            "to free the GPU; stopping it loses what they loaded in it")
+    return {"kind": "copy_commands", "text": text,
             "commands": [f"ps -o user,tty,etime,args -p {proc.pid}  # whose prompt, on which "
                          "terminal, open how long",
                          signal_command(proc.pid, proc.start_time)]}
@@ -610,6 +616,11 @@ def idle_verdict(proc: ProcessWindow, a: Analysis) -> IdleVerdict:
     top: Mapping[str, Any] = first if isinstance(first, Mapping) else {}
     waits_in, where = str(top.get("reason", "")), f"{top.get('file')}:{top.get('line')}"
     if waits_in.startswith(PROMPT_WAIT):
+        if SCRIPT_PROMPT in waits_in:
+            return IdleVerdict(
+                AT_PROMPT, lambda: _look_first_prompt(proc, where),
+                lambda: f"waits at an input() prompt of its script ({where}) for its user's "
+                        "answer: its user answers it or ends it")
         return IdleVerdict(
             AT_PROMPT, lambda: _look_first_prompt(proc),
             lambda: "an interactive Python prompt waiting for its user's next line: its user "
