@@ -23,7 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.analysis.kinds import ONLINE_INFERENCE
-from daemon.analysis.stack_rules import CHILD_WAIT, JOB_WAIT, JOB_WAIT_MIN_SHARE, REMOTE_WAIT
+from daemon.analysis.stack_rules import (
+    CHILD_WAIT,
+    FILE_WAIT,
+    JOB_WAIT,
+    JOB_WAIT_MIN_SHARE,
+    REMOTE_WAIT,
+)
 from daemon.wire import COMM, COMPUTE, IDLE, UNKNOWN
 
 IDLENESS_VERSION = 1
@@ -132,6 +138,10 @@ def process_evidence(proc: Mapping[str, Any], runs: int = 0) -> list[tuple[str, 
         found.append(("retries or polls a remote service between sleeps (seen in its stacks): "
                       "a job waiting on its store goes on when the service answers",
                       PHASE_CONFIDENCE))
+    if _idle_reason_is(proc, FILE_WAIT):
+        found.append(("sleeps in a loop until a file appears (seen in its stacks): another job "
+                      "or a person may be writing it, and it goes on when the file appears",
+                      PHASE_CONFIDENCE))
     io = sum(v for v in (proc.get("read_bytes_per_s"), proc.get("write_bytes_per_s"))
              if isinstance(v, int | float))
     if io >= IO_BYTES_PER_S:
@@ -171,7 +181,7 @@ def waits_for_jobs(proc: Mapping[str, Any]) -> bool:
 
 def _idle_reason_is(proc: Mapping[str, Any], prefix: str) -> bool:
     """The top stack of its idle phase has a reason starting with `prefix` (JOB_WAIT,
-    CHILD_WAIT, REMOTE_WAIT), and that phase holds at least JOB_WAIT_MIN_SHARE of its window."""
+    CHILD_WAIT, REMOTE_WAIT, FILE_WAIT), and that phase holds at least JOB_WAIT_MIN_SHARE of its window."""
     reasons, shares = proc.get("phase_reasons"), proc.get("phases")
     reason = reasons.get(IDLE) if isinstance(reasons, Mapping) else None
     share = shares.get(IDLE) if isinstance(shares, Mapping) else None

@@ -30,7 +30,7 @@ from __future__ import annotations
 import ast
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from itertools import islice
@@ -50,6 +50,7 @@ from daemon.analysis.stack_rules import (
     C_ON_CPU,
     CHILD_WAIT,
     CONTEXT,
+    FILE_WAIT,
     FOLDER_LISTING,
     HANDOFF_CALL,
     IO,
@@ -60,6 +61,7 @@ from daemon.analysis.stack_rules import (
     LOCK_CALL,
     LOCK_WAIT,
     LOOP_LINES_LOOKED_AT,
+    PATH_CHECK,
     PEER_WAIT,
     POLL_LINES_LOOKED_AT,
     POLLING_TAKE,
@@ -68,6 +70,7 @@ from daemon.analysis.stack_rules import (
     REMOTE_FETCHES,
     REMOTE_WAIT,
     RUNS_OPTIMIZER_STEP,
+    SCRIPT_PROMPT,
     SLEEP_CALL,
     SOCKET_READ_CALL,
     SOURCE_CALLS,
@@ -204,7 +207,9 @@ def classify(
     (`signals.connections_opened`: idle, JOB_WAIT) > waiting frames or a sleep/wait call on
     the user line (idle; a sleep whose function, or its caller, polls a redis queue with a
     non-blocking take, an SQS queue with a receive, or a folder with a listing, a few lines
-    away, `_polls_broker`: JOB_WAIT) > D
+    away, `_polls_broker`: JOB_WAIT; one in a loop that checks for a path, `_waits_for_file`:
+    FILE_WAIT; input() in C on the user's line, not reading a pipe: a person's prompt in a
+    terminal, PROMPT_WAIT) > D
     state or iowait growth (data_wait) > the same user line repeating (sync) > a blocked main
     thread (idle) > unknown. GPU busy: comm and eval still count as themselves (collectives and
     evaluation keep a GPU busy too); everything else is compute.
@@ -425,6 +430,15 @@ def classify(
                 return timer
         return _said(wait, responsible)
     if line_call is not None and line_call[0] == IDLE:
+        if _calls(responsible, PROMPT_CALL, source_line) and (
+                signals is None or signals.main_thread_blocked_on is None):
+            # input() in C on its user's line, not on a pipe (a terminal, or /proc would not
+            # say): a person is asked, as at a REPL's prompt (probe 152 M1: "Start the 12 h
+            # fine-tune now? [y/N]" was offered the SIGTERM). On a pipe, a notebook kernel's
+            # stdin from Jupyter: as before, its notebook's own SIGTERM (issue 21)
+            return Classification(
+                IDLE, f"{PROMPT_WAIT}: {SCRIPT_PROMPT} waiting for its user's answer "
+                f"(`{_code(responsible, source_line)}`)", responsible)
         outside = frames.index(responsible) + 1 if responsible is not None else len(frames)
         polling = _polls_broker(responsible, frames[outside] if outside < len(frames) else None,
                                 source_line)
@@ -435,6 +449,11 @@ def classify(
                                    source_line)
         if retrying is not None:
             return retrying
+        awaited = _waits_for_file(responsible,
+                                  frames[outside] if outside < len(frames) else None,
+                                  source_line)
+        if awaited is not None:
+            return awaited
         return Classification(IDLE, line_call[1] + WITH_GPU_IDLE, responsible)
     library_retry = (retry_sleep(called[0]) if called and thread is not None
                      and not thread.active else None)
@@ -957,15 +976,65 @@ def _loop_header(frame: Frame, source_line: SourceLine) -> tuple[int, int] | Non
     return None
 
 
+def _waits_for_file(frame: Frame | None, caller: Frame | None,
+                    source_line: SourceLine | None) -> Classification | None:
+    """Idle, waiting for a file another process writes, where `frame`'s line sleeps in a loop
+    that checks whether a path exists (PATH_CHECK: os.path.exists, isfile, a Path's exists())
+    within POLL_LINES_LOOKED_AT lines of the sleep and inside the same loop (its header
+    included: `while not os.path.exists(marker):`), or its caller's line (`caller`: the frame
+    right outside it, in a function of the user's) does so: a done-marker, a go-file or a resume
+    file that another job or a person writes; it goes on when the file appears. None for any
+    other sleep (a check before the loop, a stalled job's bare sleep)."""
+    if frame is None or source_line is None or not _calls(frame, SLEEP_CALL, source_line):
+        return None
+    sleep = _code(frame, source_line)
+    own = (source_line(frame) or "").split("#", 1)[0]
+    if own.lstrip().startswith("while ") and PATH_CHECK.search(own):
+        # (`while not os.path.exists(marker): time.sleep(10)` on one line)
+        return Classification(
+            IDLE, f"{FILE_WAIT}: sleeping in a loop that checks for a path (`{sleep}`): a "
+            "done-marker, a go-file or a resume file that another job or a person writes; it "
+            "goes on when the file appears", frame)
+    looked_at = [frame]
+    if caller is not None and is_user_code(caller) and caller.name != "<module>":
+        looked_at.append(caller)
+    for where in looked_at:
+        found = _in_loop(where, source_line, _checks_path)
+        if found is not None:
+            at, code, _ = found
+            whose = "" if where is frame else f" in its caller {where.name}"
+            return Classification(
+                IDLE, f"{FILE_WAIT}: sleeping (`{sleep}`) in a loop that checks for a path "
+                f"(`{code}`, line {at}{whose}): a done-marker, a go-file or a resume file that "
+                "another job or a person writes; it goes on when the file appears", frame)
+    return None
+
+
+def _checks_path(code: str) -> str | None:
+    return "a path" if PATH_CHECK.search(code) else None
+
+
+def _fetches(code: str) -> str | None:
+    return next((what for pattern, what in REMOTE_FETCHES if pattern.search(code)), None)
+
+
 def _fetches_in_loop(frame: Frame, source_line: SourceLine) -> tuple[int, str, str] | None:
     """The line (its number, its code and whom it requests from) within POLL_LINES_LOOKED_AT
     lines of `frame`'s, before or after it, inside the loop `frame`'s line is in (its header
-    included), that requests from a remote service (REMOTE_FETCHES); None where none does. The
-    lines around it are read first, the loop's header only where one of them requests (a
-    stalled job's sleep costs no more reads than a poller's look)."""
-    found: list[tuple[int, str, str]] = []  # (line, code, whom)
+    included), that requests from a remote service (REMOTE_FETCHES); None where none does."""
+    return _in_loop(frame, source_line, _fetches)
+
+
+def _in_loop(frame: Frame, source_line: SourceLine,
+             find: Callable[[str], str | None]) -> tuple[int, str, str] | None:
+    """The line (its number, its code and what `find` says of it) within POLL_LINES_LOOKED_AT
+    lines of `frame`'s, before or after it, inside the loop `frame`'s line is in (its header
+    included), whose code `find` names something in; None where none does. The lines around it
+    are read first, the loop's header only where one of them matches (a stalled job's sleep
+    costs no more reads than a poller's look)."""
+    found: list[tuple[int, str, str]] = []  # (line, code, what)
     for at, _, code in _lines_near(frame, source_line):
-        what = next((what for pattern, what in REMOTE_FETCHES if pattern.search(code)), None)
+        what = find(code)
         if what is not None:
             found.append((at, code.strip()[:80], what))
     if not found:

@@ -93,6 +93,12 @@ LOCK_CALL = re.compile(r"\b(fcntl\.)?(flock|lockf)\(|\.acquire\(|"
 # its user away or thinking: rules/idle.py looks first (close it when done), never the SIGTERM
 # that would lose what the user loaded.
 PROMPT_WAIT = "waiting at its interactive prompt"
+# A script's input() on its user's line, no Python frame below it (C), its main thread not
+# reading a pipe (a terminal's, or /proc would not say): a person is asked ("Start the fine-tune
+# now? [y/N]"), as at a REPL's prompt, and read so (PROMPT_WAIT, this after it): look first,
+# never the SIGTERM that would lose what the script has done. A notebook kernel's input() reads
+# its pipe from Jupyter: a sleep as before, the notebook's SIGTERM ("save the notebook ...").
+SCRIPT_PROMPT = "an input() prompt of its script"
 # A main thread waiting on file descriptors: a select() or poll() on its line (C), the
 # selectors module, an asyncio loop. With TCP connections it opened (Kind.peer_connections: to
 # a job server, a coordinator) it may wait for whoever is at the other end: rules/idle.py looks
@@ -417,8 +423,24 @@ BOTOCORE_FILES = "*/botocore/*"
 # is read as a redis poller's (phases._polls_broker): a listing near the sleep makes it a wait
 # for the next file. Not a check of one path (os.path.exists, isfile): a go-flag or a resume
 # file that a job waits for before it goes on (the corpus's await_trigger.py, a stalled loop)
-# is no stream of jobs.
+# is no stream of jobs (PATH_CHECK: FILE_WAIT).
 FOLDER_LISTING = re.compile(r"\b(listdir|scandir|iterdir|glob|iglob|rglob)\(|\bos\.walk\(")
+
+# A job that sleeps in a loop until one path appears: a done-marker (`_SUCCESS`) that a
+# preprocessing job on this host writes when it is done, a go-file, a resume file
+# (`while not os.path.exists(marker): time.sleep(10)`). Its stacks show the sleep alone (a
+# stat() lasts microseconds) and a check every 10 s moves less CPU than POLL_MIN_CORES, so it
+# read as a plain sleep: the SIGTERM, and a host stop that killed the job it waited for (probe
+# 152 H2). Whoever writes the file (another job, a person) is in no stack: idle for its GPU,
+# never a process to stop on sight (rules/idle.py looks first), and its host is not idle. The
+# check must be in the loop the sleep is in (its header counts, as REMOTE_FETCHES' do), or
+# around its caller's line for a sleep in a helper (phases._waits_for_file): a check before
+# the loop says nothing of what the sleep waits for. os.path's exists/lexists/isfile/isdir
+# (as `os.path.`, `path.`, `osp.` or the names imported bare) and a Path's `.exists()`, `.is_file()`, `.is_dir()` with no
+# argument (a redis client's `.exists(key)` takes one: no file).
+FILE_WAIT = "waiting for a file another process writes"
+PATH_CHECK = re.compile(r"(?<![\w.])((os\.)?path\.|osp\.)?(exists|lexists|isfile|isdir)\(|"
+                        r"\.(exists|is_file|is_dir)\(\s*\)")
 
 # A job that fetches from a remote service (an object store, an HTTP API) and sleeps between
 # tries: a retry with backoff of a store that throttles or fails (S3's 503 SlowDown, a 429), or

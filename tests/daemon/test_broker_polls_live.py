@@ -44,14 +44,12 @@ def test_workers_polling_a_redis_list_are_consumers_and_a_stalled_loop_is_still_
     loop, gets idle_gpu_held with the SIGTERM, and no consumer advice."""
     address, client = redis_server
     names = ("poll-empty", "poll-fed", "stalled_train_loop")
-    resume = tmp_path / "resume"  # never written
     path = scenario_file(tmp_path, [
         {"name": "empty", "command": program("redis_polling_worker.py", "--server", address,
                                              "--queue", "poll-empty", "--pop", "lpop")},
         {"name": "fed", "command": program("redis_polling_worker.py", "--server", address,
                                            "--queue", "poll-fed", "--pop", "rpop")},
-        {"name": "stalled", "command": program("stalled_train_loop.py", "--server", address,
-                                               "--resume", str(resume))}])
+        {"name": "stalled", "command": program("stalled_train_loop.py", "--server", address)}])
     daemon = mlcostd("idle-host", interval=1.0, config=QUICK, args=["--simulate", str(path)])
     state: dict[str, Any] = {}
 

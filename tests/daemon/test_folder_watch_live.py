@@ -1,6 +1,7 @@
 """GPU workers that watch an inbox folder for their jobs, under a real mlcostd with a real
 py-spy: a worker between files is waiting for its next file, never an idle process to stop; a
-job that waits for a go-file (the corpus's await_trigger.py) beside them still is one.
+job that waits for a go-file (the corpus's await_trigger.py) beside them is no consumer either:
+it waits for a file another process writes, looked at first (probe 152 H2).
 
 tests/daemon/workloads/watch_folder_worker.py, written as its users would write it: it lists
 its inbox every 2 s (`for name in sorted(os.listdir(inbox))`), runs each file on the GPU and
@@ -26,6 +27,8 @@ from test_broker_waits_live import (
 from test_corpus import CORPUS, pytestmark, scenario_file  # noqa: F401
 from test_work_waits_live import QUICK, advice_by_program, program, rules
 
+from daemon.analysis.stack_rules import FILE_WAIT
+
 
 def drop_scan(inbox: Path, staging: Path, n: int) -> None:
     """An uploader's scan n into `inbox`, written aside and renamed in (a worker never sees
@@ -36,23 +39,21 @@ def drop_scan(inbox: Path, staging: Path, n: int) -> None:
 
 
 def trigger_advice(found: dict[str, list[Any]]) -> Any | None:
-    """await_trigger.py's idle_gpu_held: its SIGTERM, or the poller's look-first."""
-    return sigterm_for(found, "await_trigger") or next(
-        (r for r in found["await_trigger"] if r.rule == "idle_gpu_held"
-         and "polling for jobs" in str((r.action or {}).get("text", ""))), None)
+    """await_trigger.py's idle_gpu_held with the file wait's look-first."""
+    return next((r for r in found["await_trigger"] if r.rule == "idle_gpu_held"
+                 and "until a file appears" in str((r.action or {}).get("text", ""))), None)
 
 
-def test_workers_watching_an_inbox_folder_are_consumers_and_a_go_file_wait_is_still_stopped(
+def test_workers_watching_an_inbox_folder_are_consumers_and_a_go_file_wait_is_looked_at_first(
         mlcostd, tmp_path):
     """Two workers watch their inbox folders, sleeping 2 s between looks: an uploader drops a
     scan into one every JOB_EVERY_S, the other's stays empty. Both get idle_server's consumer
     advice at their sleep, never idle_gpu_held, a SIGTERM or prefetch advice, and neither reads
     online_inference; the fed one did its files. Beside them the corpus's await_trigger.py,
     which holds its GPU until a go-file appears (`while not os.path.exists(flag)`), gets
-    idle_gpu_held and no consumer advice: with the SIGTERM until its CPU time has moved between
-    its sleeps (rules/idle.py's polls_for_work, 20 ms: minutes at 0.5 s a look, sooner on a
-    loaded host), then the poller's look-first, as a loop that checks a resume file is not told
-    apart from a worker polling for jobs (probe 132 H1: never a stop of a worker)."""
+    idle_gpu_held and no consumer advice: the look-first of a wait for a file another process
+    writes (probe 152 H2: a trainer waiting so for a preprocessing job's done-marker got the
+    SIGTERM, and the host's stop), never the SIGTERM."""
     folders = {name: tmp_path / name for name in ("fed-in", "fed-out", "empty-in", "empty-out",
                                                   "staging")}
     for folder in folders.values():
@@ -78,7 +79,7 @@ def test_workers_watching_an_inbox_folder_are_consumers_and_a_go_file_wait_is_st
     with feeding(lambda n: drop_scan(folders["fed-in"], folders["staging"], n), "uploader"):
         poll(consumers_advised_and_trigger_wait_flagged, 240,
              "idle_server's consumer advice for both watch-folder workers (the fed one with 2 "
-             "files done) and idle_gpu_held for await_trigger.py", every=2.0,
+             "files done) and idle_gpu_held's file-wait look-first for await_trigger.py", every=2.0,
              explain=lambda: json.dumps(rules(state.get("recs", {})))
              + f"\nfiles done: {state.get('done')}\n" + daemon.log_tail())
     found = state["recs"]
@@ -89,10 +90,10 @@ def test_workers_watching_an_inbox_folder_are_consumers_and_a_go_file_wait_is_st
     trigger = trigger_advice(found)
     assert trigger is not None
     assert consumer_advice(found, "await_trigger") is None, rules(found)
-    if trigger.action["kind"] != "sigterm":  # its CPU moved between its sleeps: a poller?
-        assert trigger.action["kind"] == "copy_commands", trigger.action
-        assert "polling for jobs" in trigger.action["text"], trigger.action
+    assert sigterm_for(found, "await_trigger") is None, rules(found)
+    assert trigger.action["kind"] == "copy_commands", trigger.action
     waiting = trigger.evidence["no_sign_of_work"]["waiting_in"]
-    assert waiting and waiting[0]["reason"].startswith("sleeping or waiting"), waiting
+    assert waiting and waiting[0]["reason"].startswith(FILE_WAIT), waiting
+    assert "os.path.exists(flag)" in waiting[0]["reason"], waiting
     consumers_are_batch_inference(daemon, names[:2])
     assert daemon.stop() == 0, daemon.log_tail()

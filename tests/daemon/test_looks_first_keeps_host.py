@@ -21,6 +21,7 @@ from test_rules import CATALOG, P4D, by_rule, idle_held_phases, pid_id, window
 
 from daemon.analysis.analyzer import Analyzer
 from daemon.analysis.idle import IdleThresholds
+from daemon.analysis.idleness import process_evidence
 from daemon.analysis.kinds import NOTEBOOK, TRAINING, Kind
 from daemon.analysis.rules import build_analysis, evaluate
 from daemon.analysis.rules import idle as rules_idle
@@ -29,7 +30,10 @@ from daemon.analysis.rules.window import ProcessHistory
 from daemon.analysis.stack_rules import (
     CHILD_WAIT,
     FD_WAIT,
+    FILE_WAIT,
     LOCK_WAIT,
+    PROMPT_WAIT,
+    SCRIPT_PROMPT,
     STOPPED,
     TIMER_WAIT,
 )
@@ -38,6 +42,14 @@ from daemon.wire import LOW_CONFIDENCE
 LIMITS = {"idle_held_min_s": 60.0, "host_idle_min_s": 60.0}
 SLEEP = "sleeping or waiting: `time.sleep(3600)` with the GPU idle"
 EVENT = "waiting in Condition.wait (threading.py:331 Condition.wait)"
+FILE_AWAITED = (f"{FILE_WAIT}: sleeping (`time.sleep(10)`) in a loop that checks for a path "
+                "(`while not os.path.exists(\"/data/prep/_SUCCESS\"):`, line 6): a done-marker, "
+                "a go-file or a resume file that another job or a person writes; it goes on "
+                "when the file appears")
+ASKED = (f"{PROMPT_WAIT}: {SCRIPT_PROMPT} waiting for its user's answer (`ans = input(\"Start "
+         "the 12 h fine-tune now? [y/N] \")`)")
+REPL = (f"{PROMPT_WAIT}: an interpreter in a terminal reading its user's next line (in C: no "
+        "Python frame)")
 PAUSE = ("waiting for a signal (another process may poke it to work, or it waits to be "
          "stopped): `signal.pause()`")
 
@@ -91,6 +103,17 @@ LOOKS_FIRST = {
             s, "waiting in select (selectors.py:468 EpollSelector.select)", idle=1.0),
         Kind(TRAINING, 0.6, ("test",), udp_wildcard_ports=(47151,)), None,
         rules_idle.ON_DATAGRAMS),
+    # probe 152 H2: a trainer sleeping until a preprocessing job's done-marker appears
+    "waiting for a file another process writes": (
+        lambda: idle_job(), lambda s: idle_held_phases(s, FILE_AWAITED, idle=1.0),
+        TRAINING, None, rules_idle.ON_A_FILE),
+    # probe 152 M1: a script asking its user at input() in a terminal, as a REPL's prompt
+    "a script's input() prompt": (
+        lambda: idle_job(), lambda s: idle_held_phases(s, ASKED, idle=1.0),
+        TRAINING, None, rules_idle.AT_PROMPT),
+    "an interactive Python prompt": (
+        lambda: idle_job(command="python"), lambda s: idle_held_phases(s, REPL, idle=1.0),
+        NOTEBOOK, None, rules_idle.AT_PROMPT),
     "an asyncio loop a timer wakes": (
         lambda: idle_job(), lambda s: idle_held_phases(
             s, f"{TIMER_WAIT} (selectors.py:468 EpollSelector.select)", idle=1.0),
@@ -233,3 +256,28 @@ def test_one_run_then_a_wait_for_a_signal_says_so():
     verdict = idle_verdict(proc, analysis)
     assert "then waits for a signal (" in verdict.action["text"], verdict.action
     assert "then waits for a signal: one run seen" in (verdict.why or ""), verdict.why
+
+
+def test_a_file_wait_and_a_scripts_prompt_say_what_to_look_at():
+    """Probe 152 H2 and M1: a trainer sleeping until a done-marker appears, and a script waiting
+    at input() in a terminal, were offered the SIGTERM and let the host stop. Their look firsts
+    name the wait: the path and its writer to find (strace, what else works on the host), the
+    prompt's user to ask (not "exit() or Ctrl-D at the prompt", a REPL's words); and a tick's
+    /v1/idle counts the file wait as work as it counts a remote service's retry."""
+    samples = idle_job()
+    analysis = analysis_of(samples, idle_held_phases(samples, FILE_AWAITED, idle=1.0), TRAINING,
+                           None)
+    [proc] = analysis.processes
+    action = idle_verdict(proc, analysis).action
+    assert "sleeps in a loop until a file appears" in action["text"], action
+    assert any("strace" in c and "trace=file" in c for c in action["commands"]), action
+    assert not any("kill" in c for c in action["commands"][:2]), action
+    samples = idle_job()
+    analysis = analysis_of(samples, idle_held_phases(samples, ASKED, idle=1.0), TRAINING, None)
+    [proc] = analysis.processes
+    verdict = idle_verdict(proc, analysis)
+    assert "waits at an input() prompt of its script" in verdict.action["text"], verdict.action
+    assert "Ctrl-D" not in verdict.action["text"], verdict.action
+    assert "input() prompt of its script" in (verdict.why or ""), verdict.why
+    tick = {"phase": "idle", "phase_reasons": {"idle": FILE_AWAITED}, "phases": {"idle": 0.99}}
+    assert any("until a file appears" in why for why, _ in process_evidence(tick))

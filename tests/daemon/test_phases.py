@@ -1984,7 +1984,8 @@ def test_a_worker_sleeping_between_looks_at_its_inbox_folder_waits_for_its_next_
     idle_gpu_held offered the SIGTERM. A sleep whose function (or its caller, the frame right
     outside it) lists a folder a few lines away (os.listdir, os.scandir, os.walk, a Path's
     iterdir or glob, glob.glob) waits for its next file; a wait for one path to appear (a
-    go-flag: the corpus's await_trigger.py, a stalled loop's resume file) stays idle."""
+    go-flag: the corpus's await_trigger.py, a stalled loop's resume file) is no stream of jobs
+    (test_a_sleep_in_a_loop_that_checks_for_a_path_waits_for_a_file)."""
     found = classify(threads(WATCHING), gpu_busy=False, source_line=by_frame(WATCHING_SOURCE))
     assert found.phase == "idle", found
     assert found.reason.startswith(f"{stack_rules.JOB_WAIT} from a folder it polls"), found
@@ -2008,17 +2009,21 @@ def test_a_worker_sleeping_between_looks_at_its_inbox_folder_waits_for_its_next_
     found = classify(threads(helper), gpu_busy=False, source_line=by_frame(helper_source))
     assert found.reason.startswith(f"{stack_rules.JOB_WAIT} from a folder"), found
     assert "in its caller watch" in found.reason and found.frame.name == "pause", found
-    # a go-flag's wait, a stalled loop's resume file, a listing in the module's code (another
-    # function's body, as a module's lines run), a listing beyond POLL_LINES_LOOKED_AT: idle
+    # a go-flag's wait, a stalled loop's resume file: no job wait (a file wait)
     stalled = {("watch", 32): "        if step >= args.steps and not os.path.exists(resume):",
                ("watch", 34): "            time.sleep(1.0)  # paused until the operator writes"}
+    for stack, source in ((AWAIT_TRIGGER, AWAIT_TRIGGER_SOURCE),
+                          (WATCHING, {**WATCHING_SOURCE, **stalled})):
+        found = classify(threads(stack), gpu_busy=False, source_line=by_frame(source))
+        assert found.reason.startswith(stack_rules.FILE_WAIT), (source, found)
+    # a listing in the module's code (another function's body, as a module's lines run), a
+    # listing beyond POLL_LINES_LOOKED_AT: idle
     far = {("watch", 34 - stack_rules.POLL_LINES_LOOKED_AT - 1): "    names = os.listdir(d)",
            **{("watch", n): "        pass" for n in range(34 - stack_rules.POLL_LINES_LOOKED_AT,
                                                          34)},
            ("watch", 34): "        time.sleep(2)"}
     module = [("/srv/scans/watch.py", "pause", 12), ("/srv/scans/watch.py", "<module>", 36)]
-    for stack, source in ((AWAIT_TRIGGER, AWAIT_TRIGGER_SOURCE), (WATCHING, stalled),
-                          (WATCHING, far),
+    for stack, source in ((WATCHING, far),
                           (module, {**helper_source, ("<module>", 33): "    os.listdir(inbox)",
                                     ("<module>", 34): "", ("<module>", 35): "",
                                     ("<module>", 36): "pause()"})):
@@ -2029,6 +2034,106 @@ def test_a_worker_sleeping_between_looks_at_its_inbox_folder_waits_for_its_next_
     hostile = {**WATCHING_SOURCE, ("watch", 32): "x = (" * 100_000 + ".listdir(d)"}
     found = classify(threads(WATCHING), gpu_busy=False, source_line=by_frame(hostile))
     assert found.reason.startswith(stack_rules.JOB_WAIT) and len(found.reason) < 400, found
+
+
+# Probe 152 H2: a trainer that put its model on the GPU, then waits for the done-marker of a
+# preprocessing job on the same host (progs/p11_wait_for_file.py), as py-spy dumps it: its
+# sleep's line alone, the stat() too short for a dump to catch.
+MARKER = [("/home/me/p11_wait_for_file.py", "<module>", 7)]
+MARKER_SOURCE = {("<module>", 5): "dev = model_to_gpu()",
+                 ("<module>", 6): 'while not os.path.exists("/tmp/probe152-prep/_SUCCESS"):',
+                 ("<module>", 7): "    time.sleep(10)",
+                 ("<module>", 8): "train(dev)"}
+
+
+def test_a_sleep_in_a_loop_that_checks_for_a_path_waits_for_a_file():
+    """Probe 152 H2: a job sleeping in `while not os.path.exists(marker): time.sleep(10)` read
+    'sleeping or waiting' (idle): idle_gpu_held offered the SIGTERM and `mlcostd idle` answered
+    idle while the preprocessing job it waited for wrote its shards. A sleep in a loop that
+    checks for a path (os.path.exists/isfile/isdir, a Path's exists()/is_file(), the names
+    imported bare), the check in the loop's header or its body within POLL_LINES_LOOKED_AT
+    lines, or around its caller's line, waits for a file another process writes: FILE_WAIT.
+    A check outside the loop the sleep is in, or a redis client's `.exists(key)`, does not."""
+    found = classify(threads(MARKER), gpu_busy=False, source_line=by_frame(MARKER_SOURCE))
+    assert found.phase == "idle", found
+    assert found.reason.startswith(f"{stack_rules.FILE_WAIT}: sleeping (`time.sleep(10)`)"), found
+    assert 'os.path.exists("/tmp/probe152-prep/_SUCCESS")' in found.reason, found
+    assert "line 6" in found.reason and found.frame == Frame("<module>", MARKER[0][0], 7), found
+    for check in ("while not Path(marker).exists():", "while not os.path.isfile(done):",
+                  "while not done.is_file():", "while not isfile(done):",
+                  "while not os.path.isdir(out) :", "while not osp.exists(done):",
+                  "while not path.lexists(done):", "while True:"):
+        source = {**MARKER_SOURCE, ("<module>", 6): check}
+        if check == "while True:":  # the check in the loop's body, above the sleep
+            source = {**source, ("<module>", 7): "    if os.path.exists(flag): break",
+                      ("<module>", 8): "    time.sleep(10)", ("<module>", 9): "train(dev)"}
+            stack = [("/home/me/p11_wait_for_file.py", "<module>", 8)]
+        else:
+            stack = MARKER
+        found = classify(threads(stack), gpu_busy=False, source_line=by_frame(source))
+        assert found.reason.startswith(stack_rules.FILE_WAIT), (check, found)
+    # on one line
+    one = {("<module>", 7): "while not os.path.exists(marker): time.sleep(10)"}
+    found = classify(threads(MARKER), gpu_busy=False, source_line=by_frame(one))
+    assert found.reason.startswith(stack_rules.FILE_WAIT), found
+    # the sleep in a helper of its own, the check in the caller's loop
+    helper = [("/home/me/train.py", "pause", 12), ("/home/me/train.py", "wait_for_data", 22),
+              ("/home/me/train.py", "<module>", 40)]
+    helper_source = {("pause", 11): "def pause():", ("pause", 12): "    time.sleep(POLL_S)",
+                     ("wait_for_data", 20): "def wait_for_data(marker):",
+                     ("wait_for_data", 21): "    while not os.path.exists(marker):",
+                     ("wait_for_data", 22): "        pause()"}
+    found = classify(threads(helper), gpu_busy=False, source_line=by_frame(helper_source))
+    assert found.reason.startswith(stack_rules.FILE_WAIT), found
+    assert "in its caller wait_for_data" in found.reason and found.frame.name == "pause", found
+    # not: a check before the loop the sleep is in, a redis key's exists, a plain sleep loop
+    before = {("<module>", 5): "if not os.path.exists(ckpt):",
+              ("<module>", 6): "    ckpt = None",
+              ("<module>", 7): "while True:",
+              ("<module>", 8): "    time.sleep(10)"}
+    redis_key = {**MARKER_SOURCE, ("<module>", 6): 'while not r.exists("job:done"):'}
+    plain = {**MARKER_SOURCE, ("<module>", 6): "while True:"}
+    for source, line in ((before, 8), (redis_key, 7), (plain, 7)):
+        stack = [("/home/me/p11_wait_for_file.py", "<module>", line)]
+        found = classify(threads(stack), gpu_busy=False, source_line=by_frame(source))
+        assert found.phase == "idle" and found.reason.startswith("sleeping or waiting"), (
+            source, found)
+
+
+# Probe 152 M1: a script that asks its user before the long run (progs/p9_input.py), as py-spy
+# dumps it at its prompt: input() is C, no frame below the user's line.
+ASKING = [("/home/me/p9_input.py", "<module>", 6)]
+ASKING_SOURCE = {("<module>", 6): 'ans = input("eval loss 2.31. Start the 12 h fine-tune now? '
+                                  '[y/N] ")'}
+
+
+def test_a_scripts_input_prompt_waits_for_its_user_as_a_repls_prompt_does():
+    """Probe 152 M1: a script waiting at `input("... [y/N] ")` read 'sleeping or waiting'
+    (idle) and idle_gpu_held offered the SIGTERM, while a REPL at its prompt is looked at
+    first. input() on the user's line with no frame below it, its main thread reading no pipe
+    (a terminal's read, which /proc names not), is a person's prompt too: PROMPT_WAIT, the
+    script's prompt named."""
+    for at in (signals(tree_cpu=0.0, main_thread_woke=False), None):
+        found = classify(threads(ASKING), gpu_busy=False, source_line=by_frame(ASKING_SOURCE),
+                         signals=at)
+        assert found.phase == "idle", found
+        assert found.reason.startswith(
+            f"{stack_rules.PROMPT_WAIT}: {stack_rules.SCRIPT_PROMPT}"), found
+        assert "Start the 12 h fine-tune" in found.reason, found
+        assert found.frame == Frame("<module>", ASKING[0][0], 6), found
+    # at a pipe (a notebook kernel's stdin from Jupyter): a sleep as before, the notebook's own
+    # SIGTERM (test_input_on_a_pipe_is_a_prompt_waiting_for_its_user_not_a_job_wait)
+    piped = signals(main_thread_blocked_on=proc_state.ANONYMOUS_PIPE, tree_cpu=0.0,
+                    main_thread_woke=False)
+    found = classify(threads(ASKING), gpu_busy=False, source_line=by_frame(ASKING_SOURCE),
+                     signals=piped)
+    assert found.reason.startswith("sleeping or waiting"), found
+    # a sleep is no prompt; the GPU busy is compute
+    sleep = {("<module>", 6): "time.sleep(60)  # input() later"}
+    assert classify(threads(ASKING), gpu_busy=False, source_line=by_frame(sleep)
+                    ).reason.startswith("sleeping or waiting")
+    assert classify(threads(ASKING), gpu_busy=True, source_line=by_frame(ASKING_SOURCE)
+                    ).phase == "compute"
 
 
 # A redis.asyncio worker awaiting BLPOP, as py-spy dumps it (Python 3.11,

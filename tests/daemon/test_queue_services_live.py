@@ -64,8 +64,7 @@ def test_sqs_workers_long_and_short_polling_are_consumers_and_a_stalled_loop_is_
                                             "--queue", queues["sqs-long"], "--wait", "20")},
         {"name": "short", "command": program("sqs_job_worker.py", "--endpoint", moto_endpoint,
                                              "--queue", queues["sqs-short"], "--wait", "0")},
-        {"name": "stalled", "command": program("stalled_train_loop.py", "--server", address,
-                                               "--resume", str(tmp_path / "resume"))}])
+        {"name": "stalled", "command": program("stalled_train_loop.py", "--server", address)}])
     daemon = mlcostd("idle-host", interval=1.0, config=QUICK, args=["--simulate", str(path)])
     state: dict[str, Any] = {}
 

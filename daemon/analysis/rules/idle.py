@@ -70,10 +70,12 @@ from daemon.analysis.rules.window import GIB, Analysis, ProcessWindow
 from daemon.analysis.stack_rules import (
     CHILD_WAIT,
     FD_WAITS,
+    FILE_WAIT,
     JOB_WAIT,
     LOCK_WAIT,
     PROMPT_WAIT,
     REMOTE_WAIT,
+    SCRIPT_PROMPT,
     SIGNAL_WAIT,
     SLEEP_CALL,
     SLEEP_WAIT,
@@ -318,15 +320,37 @@ def _look_first(proc: ProcessWindow) -> dict[str, object]:
                          signal_command(proc.pid, proc.start_time)]}
 
 
-def _look_first_prompt(proc: ProcessWindow) -> dict[str, object]:
+def _look_first_prompt(proc: ProcessWindow, script_at: str | None = None) -> dict[str, object]:
     """An interactive Python prompt waits for its user's next line: its user's session, with
-    what they loaded in it; closed by them when done, not stopped from here."""
-    return {"kind": "copy_commands",
-            "text": f"pid {proc.pid} is an interactive Python prompt waiting for its user's next "
-                    "line: ask its user to close it when done (exit() or Ctrl-D at the prompt) "
-                    "to free the GPU; stopping it loses what they loaded in it",
+    what they loaded in it; closed by them when done, not stopped from here. `script_at`: a
+    script's input() prompt there (file:line) asks its user instead: they answer it."""
+    text = (f"pid {proc.pid} waits at an input() prompt of its script ({script_at}) for its "
+            "user's answer: ask its user to answer it, or to end the script if it is no longer "
+            "wanted, to free the GPU; stopping it loses what the script has done so far"
+            if script_at is not None else
+            f"pid {proc.pid} is an interactive Python prompt waiting for its user's next "
+            "line: ask its user to close it when done (exit() or Ctrl-D at the prompt) "
+            "to free the GPU; stopping it loses what they loaded in it")
+    return {"kind": "copy_commands", "text": text,
             "commands": [f"ps -o user,tty,etime,args -p {proc.pid}  # whose prompt, on which "
                          "terminal, open how long",
+                         signal_command(proc.pid, proc.start_time)]}
+
+
+def _look_first_file(proc: ProcessWindow, where: str) -> dict[str, object]:
+    """Its stacks sleep in a loop that checks for a path (FILE_WAIT): a done-marker, a go-file
+    or a resume file that another job or a person writes. Who writes it no stack says: find
+    the path and its writer before anyone stops it."""
+    return {"kind": "copy_commands",
+            "text": f"pid {proc.pid} sleeps in a loop until a file appears ({where}): a "
+                    "done-marker, a go-file or a resume file that another job on this host or "
+                    "a person writes; it goes on when the file appears. Find the path it checks "
+                    "and whether anything will write it (a preprocessing job still at work) "
+                    "before stopping it or the host; if nothing will, stop it",
+            "commands": [f"sudo strace -tt -e trace=file -p {proc.pid}  # the path it checks "
+                         "when it wakes",
+                         "ps -eo pid,user,etime,pcpu,args --sort=-pcpu | head  # what else "
+                         "works on this host",
                          signal_command(proc.pid, proc.start_time)]}
 
 
@@ -535,6 +559,7 @@ AT_PROMPT = "at_prompt"
 ON_A_CHILD, ON_PEERS, ON_A_TIMER, POLLER = "on_a_child", "on_peers", "on_a_timer", "poller"
 ON_DATAGRAMS = "on_datagrams"
 ON_REMOTE = "on_a_remote_service"
+ON_A_FILE = "on_a_file"
 BETWEEN_BATCHES, PERIODIC, ONE_RUN, UNSEEN = ("between_batches", "periodic", "one_run",
                                               "ran_unseen")
 
@@ -591,6 +616,11 @@ def idle_verdict(proc: ProcessWindow, a: Analysis) -> IdleVerdict:
     top: Mapping[str, Any] = first if isinstance(first, Mapping) else {}
     waits_in, where = str(top.get("reason", "")), f"{top.get('file')}:{top.get('line')}"
     if waits_in.startswith(PROMPT_WAIT):
+        if SCRIPT_PROMPT in waits_in:
+            return IdleVerdict(
+                AT_PROMPT, lambda: _look_first_prompt(proc, where),
+                lambda: f"waits at an input() prompt of its script ({where}) for its user's "
+                        "answer: its user answers it or ends it")
         return IdleVerdict(
             AT_PROMPT, lambda: _look_first_prompt(proc),
             lambda: "an interactive Python prompt waiting for its user's next line: its user "
@@ -610,6 +640,11 @@ def idle_verdict(proc: ProcessWindow, a: Analysis) -> IdleVerdict:
             ON_REMOTE, lambda: _look_first_remote(proc, where),
             lambda: f"retries or polls a remote service ({where}: it sleeps between requests) "
                     "and goes on when the service answers")
+    if waits_in.startswith(FILE_WAIT):
+        return IdleVerdict(
+            ON_A_FILE, lambda: _look_first_file(proc, where),
+            lambda: f"sleeps in a loop until a file appears ({where}): another job or a person "
+                    "may be writing it")
     notebook = proc.kind.kind == NOTEBOOK
     if not notebook and proc.kind.peer_connections > 0 and waits_in.startswith(FD_WAITS):
         return IdleVerdict(
