@@ -53,7 +53,7 @@ from daemon.analysis.kinds import recorded_kind
 from daemon.analysis.latency import LATENCY_READING, observe_reading, replayed_meters
 from daemon.analysis.ledger import CostLedger, recording_gap_s, run_starts
 from daemon.analysis.price_history import PRICE_READING, PriceHistory, instance_then
-from daemon.analysis.range_ticks import gap_ends, with_edges
+from daemon.analysis.range_ticks import recording_gaps, with_edges
 from daemon.analysis.recorded_spend import recorded_ledger
 from daemon.api.document import WORKING_SM_SHARE, CostView, now_document
 from daemon.sources.sample import Sample
@@ -379,9 +379,11 @@ class Replay:
         starts = run_starts(readings)
         # with the range's first and last ticks and those either side of each daemon start,
         # as `mlcostd report` reads them (range_ticks): the spend the report says
-        samples = with_edges(self.reader, spread, since, at, starts)
+        # (and of each recording gap inside a run: one read of the range's tick times for both)
+        gaps = recording_gaps(self.reader, since, at)
+        samples = with_edges(self.reader, spread, since, at, starts, gaps)
         ledger = CostLedger(self.jobs, max_gap_s=max(recording_gap_s(self.interval_s), 1.5 * step),
-                            run_starts=starts, gap_ends=gap_ends(self.reader, since, at))
+                            run_starts=starts, gap_ends=frozenset(ts for _, ts in gaps))
         energy = EnergyMeter(ledger.labeler.label)
         meters = replayed_meters(readings)
         for meter in meters.values():

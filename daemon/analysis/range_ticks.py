@@ -48,12 +48,14 @@ def edge_ticks(reader: StoreReader, start: float, end: float, starts: Sequence[f
 
 
 def with_edges(reader: StoreReader, samples: Sequence[Sample], start: float, end: float,
-               starts: Sequence[float]) -> list[Sample]:
+               starts: Sequence[float],
+               gaps: Sequence[tuple[int, int]] | None = None) -> list[Sample]:
     """`samples` (an even spread of the range's ticks, oldest first) with the range's edge
-    ticks (`edge_ticks`) the spread skipped, oldest first."""
+    ticks (`edge_ticks`; `gaps`: its recording gaps as the caller read them, else read) the
+    spread skipped, oldest first."""
     have = {round(sample.ts * 1000) for sample in samples}
     out = list(samples)
-    missing = sorted(edge_ticks(reader, start, end, starts) - have)
+    missing = sorted(edge_ticks(reader, start, end, starts, gaps) - have)
     for ts in missing:
         out += reader.samples(ts / 1000, ts / 1000, max_samples=1)
     if missing:
