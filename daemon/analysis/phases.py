@@ -929,19 +929,30 @@ def _retries_remote(frame: Frame | None, caller: Frame | None,
     if frame is None or source_line is None or not _calls(frame, SLEEP_CALL, source_line):
         return None
     sleep = _code(frame, source_line)
+    found = _in_loop_here_or_caller(frame, caller, source_line, _fetches)
+    if found is None:
+        return None
+    (at, code, what), whose = found
+    return Classification(
+        IDLE, f"{REMOTE_WAIT}: sleeping (`{sleep}`) in a loop that requests from "
+        f"{what} (`{code}`, line {at}{whose}): a retry with backoff of a service that "
+        "throttled or failed, or a poll of one not ready; it goes on when the service "
+        "answers", frame)
+
+
+def _in_loop_here_or_caller(frame: Frame, caller: Frame | None, source_line: SourceLine,
+                            find: Callable[[str], str | None]
+                            ) -> tuple[tuple[int, str, str], str] | None:
+    """`_in_loop` at `frame`'s line, else at its caller's (`caller`, the frame right outside
+    it, where it is the user's and not the module's top level: a sleep in a helper the loop
+    calls): what it found, and "" or " in its caller NAME" for a reason; None where neither."""
     looked_at = [frame]
     if caller is not None and is_user_code(caller) and caller.name != "<module>":
         looked_at.append(caller)
     for where in looked_at:
-        found = _fetches_in_loop(where, source_line)
+        found = _in_loop(where, source_line, find)
         if found is not None:
-            at, code, what = found
-            whose = "" if where is frame else f" in its caller {where.name}"
-            return Classification(
-                IDLE, f"{REMOTE_WAIT}: sleeping (`{sleep}`) in a loop that requests from "
-                f"{what} (`{code}`, line {at}{whose}): a retry with backoff of a service that "
-                "throttled or failed, or a poll of one not ready; it goes on when the service "
-                "answers", frame)
+            return found, "" if where is frame else f" in its caller {where.name}"
     return None
 
 
@@ -995,19 +1006,14 @@ def _waits_for_file(frame: Frame | None, caller: Frame | None,
             IDLE, f"{FILE_WAIT}: sleeping in a loop that checks for a path (`{sleep}`): a "
             "done-marker, a go-file or a resume file that another job or a person writes; it "
             "goes on when the file appears", frame)
-    looked_at = [frame]
-    if caller is not None and is_user_code(caller) and caller.name != "<module>":
-        looked_at.append(caller)
-    for where in looked_at:
-        found = _in_loop(where, source_line, _checks_path)
-        if found is not None:
-            at, code, _ = found
-            whose = "" if where is frame else f" in its caller {where.name}"
-            return Classification(
-                IDLE, f"{FILE_WAIT}: sleeping (`{sleep}`) in a loop that checks for a path "
-                f"(`{code}`, line {at}{whose}): a done-marker, a go-file or a resume file that "
-                "another job or a person writes; it goes on when the file appears", frame)
-    return None
+    found = _in_loop_here_or_caller(frame, caller, source_line, _checks_path)
+    if found is None:
+        return None
+    (at, code, _), whose = found
+    return Classification(
+        IDLE, f"{FILE_WAIT}: sleeping (`{sleep}`) in a loop that checks for a path "
+        f"(`{code}`, line {at}{whose}): a done-marker, a go-file or a resume file that "
+        "another job or a person writes; it goes on when the file appears", frame)
 
 
 def _checks_path(code: str) -> str | None:
@@ -1015,14 +1021,8 @@ def _checks_path(code: str) -> str | None:
 
 
 def _fetches(code: str) -> str | None:
+    """Whom `code` requests from (REMOTE_FETCHES: a remote service), None where it does not."""
     return next((what for pattern, what in REMOTE_FETCHES if pattern.search(code)), None)
-
-
-def _fetches_in_loop(frame: Frame, source_line: SourceLine) -> tuple[int, str, str] | None:
-    """The line (its number, its code and whom it requests from) within POLL_LINES_LOOKED_AT
-    lines of `frame`'s, before or after it, inside the loop `frame`'s line is in (its header
-    included), that requests from a remote service (REMOTE_FETCHES); None where none does."""
-    return _in_loop(frame, source_line, _fetches)
 
 
 def _in_loop(frame: Frame, source_line: SourceLine,
