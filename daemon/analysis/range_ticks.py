@@ -79,12 +79,6 @@ def recording_gaps(reader: StoreReader, start: float, end: float,
     return sorted((prev, ts) for prev, ts in rows if type(prev) is int and type(ts) is int)
 
 
-def gap_ends(reader: StoreReader, start: float, end: float) -> frozenset[int]:
-    """The ticks (ms) that end a recording gap among the range's (`recording_gaps`): what a
-    replay of its edge ticks caps as the ledger did (CostLedger's `gap_ends`)."""
-    return frozenset(ts for _, ts in recording_gaps(reader, start, end))
-
-
 def tick_before(reader: StoreReader, start: float) -> float | None:
     """The last tick at or before `start` (None: none): a range's first tick after its start
     is charged the interval from it, as the ledger charged it (and the review places it), so

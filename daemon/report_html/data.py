@@ -21,7 +21,7 @@ from daemon.analysis.gpu_models import split_by_model
 from daemon.analysis.idle import costed_to
 from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s, run_starts
 from daemon.analysis.price_history import PriceHistory, as_then
-from daemon.analysis.range_ticks import gap_ends, tick_before, with_edges
+from daemon.analysis.range_ticks import recording_gaps, tick_before, with_edges
 from daemon.analysis.recorded_spend import recorded_cost_between
 from daemon.sources.safe_text import one_line
 from daemon.store import queries
@@ -136,7 +136,11 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
     starts = run_starts(readings)  # nothing is charged between two runs, as live
     # with the range's first and last ticks and those either side of each daemon start, as
     # `mlcostd report` reads them (range_ticks): the spend the report says
-    samples = with_edges(reader, spread, start, end, starts)
+    # and of each recording gap inside a run, from the tick before the range (its first tick
+    # after the start is charged the interval from it): one read of the tick times for both
+    before = tick_before(reader, start)
+    gaps = recording_gaps(reader, start if before is None else before, end)
+    samples = with_edges(reader, spread, start, end, starts, gaps)
     if as_then(host, data.gpus, readings, prices, end) is not None:  # the host at the end
         data.price = host["price"]
     # across a restart onto other GPUs: a row per GPU and model, each over its part (as the
@@ -152,9 +156,8 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
     if priced:
         # (its first tick after the start charged the interval before it, as the report's
         # spend and the review charge it: the tick before the range, where the file holds one)
-        before = tick_before(reader, start)
         ledger = CostLedger(max_gap_s=max_gap_s, run_starts=starts,
-                            gap_ends=gap_ends(reader, start if before is None else before, end))
+                            gap_ends=frozenset(ts for _, ts in gaps))
         ledger.last_ts = before
         total, wasted, idle = [], [], []
         for sample, charged in priced:
