@@ -695,12 +695,12 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
                      _pct(proc["sm_share"]) if proc["gpus"] else "-",
                      _pct(proc["cpu_percent"]), _bytes(proc["rss_bytes"]),
                      _bytes(proc["read_bytes"]), _num(proc["io_wait_seconds"], " s", 1),
-                     money(proc.get("burn_per_hour")), one_line(proc.get("workload") or "-"),
-                     command])
+                     money(proc.get("burn_per_hour")), money(proc.get("cost")),
+                     one_line(proc.get("workload") or "-"), command])
     if rows:
         out += ["  " + line for line in _table(
             ["PID", "user", "GPUs", "GPU mem", "SM", "CPU", "RSS", "read", "I/O wait",
-             "$/h", "workload", "command"], rows)]
+             "$/h", "spent", "workload", "command"], rows)]
     else:
         out.append("  no process used a GPU in this window")
     out += _render_kinds(report["processes"])

@@ -195,6 +195,28 @@ def test_the_process_table_names_its_owner_column_workload_not_job(tmp_path):
     assert row[0] == "4242" and row[-3] == "-", row  # no owner; its job label is train.py
 
 
+def test_the_process_table_says_what_each_process_spent_in_the_window(tmp_path):
+    """Probe 153 LOW 5: the text report's process table gave each process's burn ($/h) but not
+    what it spent in the window, which the JSON has (`cost`) and a person reconciling a bill
+    adds up. A `spent` column beside `$/h` shows it."""
+    db = tmp_path / "snap.db"
+    record_past(db, time.time() - HOUR, ticks=900)
+    out = report(db)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    at = lines.index("Processes (GPU processes and their workers)")
+    header, row = lines[at + 1], lines[at + 2]
+    (proc,) = json.loads(report(db, "--json").stdout)["processes"]
+    assert proc["cost"] > 0.5  # 15 min at $4/h: about a dollar
+
+    def column(name: str) -> str:  # the row's cell under the header's word
+        return row[header.index(f" {name} ") + 1:].split()[0]
+
+    assert header.split()[header.split().index("$/h") + 1] == "spent"
+    assert column("spent") == f"${proc['cost']:,.2f}", (header, row)
+    assert column("$/h") == f"${proc['burn_per_hour']:,.2f}", (header, row)
+
+
 def test_until_shows_the_recommendations_as_they_stood_then(tmp_path):
     """Probe 151 F7: `report --until T` of the live store showed each recommendation as its
     row holds it now (the evaluation after T: other savings than a snapshot of the same range
