@@ -68,6 +68,7 @@ from daemon.store.schema import (
     SCHEMA_VERSION,
     SNOOZE_READING,
     SPEND_METRICS,
+    SPEND_UNACCOUNTED,
 )
 from daemon.store.shape import StoreShapeError, check_shape
 from daemon.store.snapshot import snapshot_facts
@@ -342,8 +343,9 @@ class Replay:
                     dollars = recorded[0].by_day.get(day, 0.0)
                 first = self.reader.query(
                     "SELECT min(bucket) AS b FROM rollups WHERE res = ? AND kind = ? AND "
-                    "bucket >= ? AND bucket < ?",
-                    (HOUR, KIND_SPEND, round(day_start * 1000), round(hour * 1000)))[0]["b"]
+                    "bucket >= ? AND bucket < ? AND metric <> ?",  # (an hour a stall spanned)
+                    (HOUR, KIND_SPEND, round(day_start * 1000), round(hour * 1000),
+                     SPEND_UNACCOUNTED))[0]["b"]
                 if first is not None:
                     counted_from = first / 1000
             row = self.reader.query(

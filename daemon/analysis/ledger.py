@@ -199,7 +199,8 @@ class CostLedger:
         self.storage_items: list[StorageCost] = []
         self.meters: list[UnitCostMeter] = []
         # What was charged and not yet handed to the store, by UTC hour (its start, Unix
-        # seconds): host [seconds, total, idle, wasted, storage], process [seconds, dollars].
+        # seconds): host [seconds, total, idle, wasted, storage, unaccounted seconds], process
+        # [seconds, dollars].
         # The daemon writes it every round (daemon.store.facts.write_spend), so a report of a
         # past range reads what this ledger charged.
         self.unrecorded_host: dict[int, list[float]] = {}
@@ -228,6 +229,7 @@ class CostLedger:
             cap = min(cap, MAX_TICK_GAP_S)
         if dt > cap:
             self.unaccounted_seconds += dt - cap
+            self._note_unaccounted(last, ts - cap)
             dt = cap
         hours = dt / 3600.0
         day = utc_day(ts - dt / 2)  # the interval's midpoint decides its day
@@ -244,7 +246,7 @@ class CostLedger:
         self.by_day[day] += charged
         self.by_month[month] += charged
         hour = int((ts - dt / 2) // 3600 * 3600)
-        host = self.unrecorded_host.setdefault(hour, [0.0, 0.0, 0.0, 0.0, 0.0])
+        host = self.unrecorded_host.setdefault(hour, [0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
         host[0] += dt
         host[1] += charged
         host[2] += burn.idle_per_hour * hours
@@ -352,13 +354,27 @@ class CostLedger:
         self.by_job_month[(job, month)] += cost
         self._workload(job, owner, user)[0] += cost
 
+    def _note_unaccounted(self, since: float, until: float) -> None:
+        """The part of a recording gap no tick charges, [since, until], in the hour rows of the
+        hours it spans (their last item), so a report read from them counts it as this ledger
+        did."""
+        at = since
+        while at < until:
+            hour = int(at // 3600 * 3600)
+            upto = min(until, hour + 3600.0)
+            row = self.unrecorded_host.setdefault(hour, [0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+            row[5] += upto - at
+            at = upto
+
     def add_recorded(self, ts: float, seconds: float, host: Mapping[str, float],
-                     processes: Mapping[ProcessKey, tuple[float, str, str, Mapping[str, str]]]
-                     ) -> None:
+                     processes: Mapping[ProcessKey, tuple[float, str, str, Mapping[str, str]]],
+                     unaccounted: float = 0.0) -> None:
         """Charge dollars a store recorded (its hour spend, daemon.store.facts.write_spend)
         for `seconds` around `ts`: `host` total, idle, wasted and storage; `processes` key ->
-        (dollars, user, command, owner). The same tables as `add` fill, by the same labels."""
+        (dollars, user, command, owner); `unaccounted`: the seconds of recording gaps there
+        that no tick charged. The same tables as `add` fill, by the same labels."""
         with self.lock:
+            self.unaccounted_seconds += unaccounted
             day = utc_day(ts)
             month = day[:7]
             total = host.get("total", 0.0)

@@ -23,7 +23,7 @@ from daemon.analysis.price_history import PRICE_READING, PriceHistory
 from daemon.sources.sample import GPU_OK
 from daemon.store import queries
 from daemon.store.reader import StoreReader
-from daemon.store.schema import SPEND_METRICS, SPEND_PROCESS
+from daemon.store.schema import SPEND_METRICS, SPEND_PROCESS, SPEND_UNACCOUNTED
 
 SPEND_NAMES = {code: name for name, code in SPEND_METRICS.items()}
 
@@ -39,9 +39,11 @@ def recorded_ledger(reader: StoreReader, start: float, end: float,
         return None
     facts = queries.process_facts(reader, {key for _, key, metric, _, _ in rows
                                            if metric == SPEND_PROCESS})
+    # a time in the range -> (host dollars by name, process dollars, [seconds charged, seconds
+    # of recording gaps no tick charged])
     parts: dict[float, tuple[dict[str, float], dict[Any, list[Any]], list[float]]] = {}
     for at, key, metric, seconds, dollars in rows:
-        host, procs, charged = parts.setdefault(at, ({}, {}, [0.0]))
+        host, procs, charged = parts.setdefault(at, ({}, {}, [0.0, 0.0]))
         if metric == SPEND_PROCESS:
             fact = facts.get(key)
             if fact is not None:
@@ -50,9 +52,12 @@ def recorded_ledger(reader: StoreReader, start: float, end: float,
         elif metric in SPEND_NAMES:
             host[SPEND_NAMES[metric]] = dollars
             charged[0] = max(charged[0], seconds)
+        elif metric == SPEND_UNACCOUNTED and key == 0:
+            charged[1] += seconds
     ledger = CostLedger(jobs)
     for at, (host, procs, charged) in sorted(parts.items()):
-        ledger.add_recorded(at, charged[0], host, {k: tuple(v) for k, v in procs.items()})
+        ledger.add_recorded(at, charged[0], host, {k: tuple(v) for k, v in procs.items()},
+                            unaccounted=charged[1])
     by_key = {(f["pid"], f["start_time"]): f for f in facts.values()}
     return ledger, by_key
 
@@ -83,13 +88,14 @@ class Unrecorded:
             hosts = dict(self.ledger.unrecorded_host)
             procs = dict(self.ledger.unrecorded_processes)
         added = 0.0
-        for hour, (seconds, total, idle, wasted, storage) in sorted(hosts.items()):
+        for hour, (seconds, total, idle, wasted, storage, unaccounted) in sorted(hosts.items()):
             if since is not None and hour + 3600 <= since:
                 continue
             charged = {key: (dollars, *self.processes.get(key, ("", "", {})))
                        for (at, key), (_, dollars) in procs.items() if at == hour}
             target.add_recorded(float(hour), seconds, {
-                "total": total, "idle": idle, "wasted": wasted, "storage": storage}, charged)
+                "total": total, "idle": idle, "wasted": wasted, "storage": storage}, charged,
+                unaccounted=unaccounted)
             added += seconds
         return added
 

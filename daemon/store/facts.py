@@ -25,6 +25,7 @@ from daemon.store.schema import (
     RECORDING_STOPPED,
     SPEND_METRICS,
     SPEND_PROCESS,
+    SPEND_UNACCOUNTED,
     pack_text,
 )
 
@@ -273,9 +274,10 @@ def _process_id(store: Store, pid: int, start_time: float) -> int | None:
 def write_spend(store: Store, hosts: dict[int, list[float]],
                 processes: dict[tuple[int, tuple[int, float]], list[float]]) -> None:
     """Add what the cost ledger charged to the hour spend rows (schema.KIND_SPEND): `hosts`
-    hour -> [seconds, total, idle, wasted, storage], `processes` (hour, (pid, start_time)) ->
-    [seconds, dollars]; hours are UTC hour starts in Unix seconds. Added to what is there, so
-    each round writes only its own share."""
+    hour -> [seconds, total, idle, wasted, storage, unaccounted seconds (optional)],
+    `processes` (hour, (pid, start_time)) -> [seconds, dollars]; hours are UTC hour starts in
+    Unix seconds. Added to what is there, so each round writes only its own share. An hour
+    that only a recording gap's uncharged time reached gets its SPEND_UNACCOUNTED row alone."""
     upsert = ("INSERT INTO rollups (res, bucket, kind, key, metric, n, sum, min, max) "
               "VALUES (?, ?, ?, ?, ?, ?, ?, 0, 0) ON CONFLICT (res, bucket, kind, key, metric) "
               "DO UPDATE SET n = n + excluded.n, sum = sum + excluded.sum")
@@ -283,11 +285,17 @@ def write_spend(store: Store, hosts: dict[int, list[float]],
         store._spend_writes += 1
         round_id = store._spend_writes  # additive rows: a waiting write is never replaced
         writes: list[FactWrite] = []
-        for hour, (seconds, *dollars) in hosts.items():
-            for (name, metric), amount in zip(SPEND_METRICS.items(), dollars, strict=True):
-                writes.append((("spend", round_id, hour, 0, name), upsert, (
-                    HOUR, hour * 1000, KIND_SPEND, 0, metric, round(seconds * 1000),
-                    round(amount * MICRODOLLARS))))
+        for hour, (seconds, *rest) in hosts.items():
+            dollars, unaccounted = rest[:len(SPEND_METRICS)], rest[len(SPEND_METRICS):]
+            if seconds > 0 or any(dollars):
+                for (name, metric), amount in zip(SPEND_METRICS.items(), dollars, strict=True):
+                    writes.append((("spend", round_id, hour, 0, name), upsert, (
+                        HOUR, hour * 1000, KIND_SPEND, 0, metric, round(seconds * 1000),
+                        round(amount * MICRODOLLARS))))
+            if unaccounted and round(unaccounted[0] * 1000) > 0:
+                writes.append((("spend", round_id, hour, 0, "unaccounted"), upsert, (
+                    HOUR, hour * 1000, KIND_SPEND, 0, SPEND_UNACCOUNTED,
+                    round(unaccounted[0] * 1000), 0)))
         for (hour, (pid, start_time)), (seconds, amount) in processes.items():
             proc = _process_id(store, pid, start_time)
             if proc is None:

@@ -499,6 +499,8 @@ def _held_ms(reader: StoreReader, part: list[tuple[int, float]], keys: list[int]
 SPEND_IDLE_KEY, SPEND_WASTED_KEY, SPEND_SECONDS_KEY = -1, -2, -3
 _HOST_METRIC_KEYS = {SPEND_METRICS["idle"]: SPEND_IDLE_KEY,
                      SPEND_METRICS["wasted"]: SPEND_WASTED_KEY}
+# The host's rows whose `n` is the seconds charged (not SPEND_UNACCOUNTED's, the seconds not)
+_CHARGED = frozenset(SPEND_METRICS.values())
 
 
 def _idle_share(rows: list[dict[str, Any]], shares: dict[int, float]) -> float:
@@ -561,7 +563,8 @@ def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
             "SELECT 1 FROM rollups WHERE res = ? AND bucket >= ? AND bucket < ? LIMIT 1",
             (MINUTE, hour, min(minutes)))):
         return None  # neither its raw ticks nor what they were: the clock's share
-    charged = {r["key"]: r["n"] for r in rows if r["key"] == 0 or r["metric"] == SPEND_PROCESS}
+    charged = {r["key"]: r["n"] for r in rows
+               if r["metric"] == SPEND_PROCESS or r["key"] == 0 and r["metric"] in _CHARGED}
     host_ms = charged.get(0) or max(charged.values(), default=0)
     if host_ms <= 0 or not all(isinstance(ms, int | float) for ms in charged.values()):
         return None

@@ -36,6 +36,11 @@ KIND_PROCESS = 1
 KIND_SPEND = 2
 SPEND_METRICS: dict[str, int] = {"total": 20, "idle": 21, "wasted": 22, "storage": 23}
 SPEND_PROCESS = 24
+# The host's time in the hour that no tick charged, a recording gap inside a run past the
+# ledger's cap (CostLedger.unaccounted_seconds): `n` its milliseconds, `sum` 0. Key 0. Not one
+# of SPEND_METRICS (those rows' `n` is the seconds charged); a store written before it has none,
+# and its reports say 0 for the hours it recorded.
+SPEND_UNACCOUNTED = 25
 MICRODOLLARS = 1_000_000
 
 # A GPU's facts (uuid, model, memory) each time they change, as a meter reading of this kind

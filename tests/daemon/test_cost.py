@@ -531,3 +531,24 @@ def test_a_stall_longer_than_a_minute_is_charged_its_first_minute_as_readme_says
     assert "stalled for over a minute), which nothing is charged for" not in readme
     assert ("longer than a minute, its first minute is charged at the burn of the tick after it "
             "and the rest is `unaccounted_seconds`") in readme
+
+
+def test_a_stall_across_hours_hands_each_hour_its_unaccounted_seconds():
+    """Probe 153: a report read from the hour spend rows (beyond 6 h) said 0 unaccounted
+    seconds for a store whose ledger left a stall's time unaccounted: the rows kept only what was
+    charged. The ledger now hands each hour the part of the stall no tick charged that fell in
+    it (its last item), the charged minute where it was charged."""
+    hp = price(5.672, 1)
+    procs = (proc(1, [(0, GIB, 100)]),)
+    ledger = CostLedger()
+    hour = 1_796_626_800.0  # (an hour's start)
+    stall_ends = hour + 2 * 3600 + 600.0  # from :50 in the hour before to :10 two hours on
+    for ts in (hour - 600.0, stall_ends, stall_ends + 1):
+        ledger.add(burn(Sample(ts, 1, gpus=(gpu(0, 100),), processes=procs), hp))
+    rows = ledger.take_unrecorded()[0]
+    assert ledger.unaccounted_seconds == pytest.approx(2 * 3600 + 1200 - 60.0)
+    assert {h: row[5] for h, row in rows.items()} == pytest.approx({
+        int(hour - 3600): 600.0, int(hour): 3600.0, int(hour + 3600): 3600.0,
+        int(hour + 7200): 540.0})
+    assert {h: row[0] for h, row in rows.items()} == pytest.approx({
+        int(hour - 3600): 0.0, int(hour): 0.0, int(hour + 3600): 0.0, int(hour + 7200): 61.0})

@@ -869,13 +869,14 @@ def test_the_pages_detail_column_shows_only_where_a_recommendation_has_one():
     assert page.count("<td") == 8
 
 
-@pytest.mark.parametrize("since", ["20m", "3h", "6h"])
+@pytest.mark.parametrize("since", ["20m", "3h", "6h", "7h", "2d"])
 def test_a_stall_inside_a_run_is_charged_as_the_ledger_charged_it(tmp_path, since):
     """Probe 153 H1: the daemon SIGSTOPped for 105 s mid-run. Its ledger charged the stall's
     first minute and left 45 s unaccounted; a 3 h report, replaying an even spread of the ticks
     with its gap cap widened to 3 sampling steps (216 s), charged the whole stall: $0.072 more
     than the ledger, the review and README (and a sampled-out tick beside the stall moved 1 s
-    from charged to unaccounted at 20 minutes)."""
+    from charged to unaccounted at 20 minutes). Beyond 6 h (read from the hour spend rows) the
+    same dollars, and the 45 s unaccounted where it read 0: the rows did not keep them."""
     db = tmp_path / "mlcost.db"
     hour = int(time.time() // 3600 * 3600) - 3 * 3600
     rate = 5.672
@@ -893,6 +894,27 @@ def test_a_stall_inside_a_run_is_charged_as_the_ledger_charged_it(tmp_path, sinc
     assert spend["unaccounted_seconds"] == pytest.approx(45.7, abs=1e-3)
     assert spend["total"] == pytest.approx(rate / 3600 * charged, rel=1e-6)
     assert document["review"]["spend"]["total"] == pytest.approx(spend["total"], rel=1e-5)
+
+
+def test_a_stall_across_hours_is_unaccounted_in_every_report_that_holds_it(tmp_path):
+    """A daemon stopped (SIGSTOP, a suspended VM) for 2 h 20 min inside a run: its ledger
+    charged the stall's first minute and left the rest unaccounted. A report read from the hour
+    spend rows (`--since 2d`, `12h`) said 0 unaccounted, the 6 h one (the ticks) 8,340 s; all
+    say it now, and the same seconds charged."""
+    db = tmp_path / "mlcost.db"
+    hour = int(time.time() // 3600 * 3600) - 5 * 3600
+    run = [hour + 600 + i * 1.0 for i in range(300)]
+    run += [run[-1] + 8400.0 + i * 1.0 for i in range(300)]
+    charged = _record_runs(db, [run], 5.672, through=run[-1] + 0.5, maintained=True)
+    assert charged == pytest.approx(598 + 60.0)
+    for since in ("6h", "12h", "2d"):
+        out = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db),
+                              "--since", since, "--until", str(run[-1] + 0.5), "--json"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        spend = json.loads(out.stdout)["spend"]
+        assert spend["seconds"] == pytest.approx(charged, abs=1e-3), since
+        assert spend["unaccounted_seconds"] == pytest.approx(8400 - 60, abs=1e-3), since
 
 
 def test_adjacent_windows_add_up_to_their_union_and_each_is_its_reviews_spend(tmp_path):
