@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.analysis.cost import Holders, gpu_holders
-from daemon.analysis.ledger import tick_seconds
+from daemon.analysis.ledger import MAX_TICK_GAP_S, tick_seconds
 from daemon.sources.safe_text import one_line
 from daemon.sources.sample import GPU_OK, ProcessSample, Sample
 from daemon.wire import process_key
@@ -277,16 +277,23 @@ def process_entries(meter: EnergyMeter, grid: GridIntensity) -> dict[str, dict[s
 
 
 def window_meter(samples: Sequence[Sample], label: Labeler, max_gap_s: float,
-                 run_starts: Sequence[float] = ()) -> tuple[EnergyMeter, float]:
+                 run_starts: Sequence[float] = (), gap_ends: frozenset[int] = frozenset(),
+                 before: float | None = None) -> tuple[EnergyMeter, float]:
     """The meter of a recorded window (the report): its samples in order, each charged the
     time since the one before (at most `max_gap_s`: a gap longer than that, the daemon
     stopped, counts nothing; the first tick after a daemon start, daemon.analysis.ledger's
-    run_starts, nothing), with the window's own idle floors. Returns it and the seconds it
-    covered."""
+    run_starts, nothing), with the window's own idle floors, as the spend charges them: where
+    the samples are an even spread (`max_gap_s` widened to its step), a tick in `gap_ends`
+    (ms: one that ends a recording gap inside a run, range_ticks.recording_gaps) counts at
+    most MAX_TICK_GAP_S, as the ledger charged it; `before`, the tick before the window, from
+    which its first sample counts. Returns it and the seconds it covered."""
     meter = EnergyMeter(label, window_floors(samples), learn_floors=False)
-    covered, previous = 0.0, None
+    covered, previous = 0.0, before
     for sample in samples:
-        seconds = tick_seconds(previous, sample.ts, max_gap_s, run_starts)
+        cap = max_gap_s
+        if gap_ends and cap > MAX_TICK_GAP_S and round(sample.ts * 1000) in gap_ends:
+            cap = MAX_TICK_GAP_S
+        seconds = tick_seconds(previous, sample.ts, cap, run_starts)
         meter.add(sample, seconds)
         covered += seconds
         previous = sample.ts

@@ -177,10 +177,15 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     cost_between = recorded_cost_between(reader, jobs, prices=prices, thresholds=thresholds,
                                          interval=interval)
     window_cost = (_recorded_cost(recorded_spend, price, processes, readings, start, end,
-                                  cost_between)
-                   if recorded_spend else None) or _window_cost(
-        *_with_run_edges(reader, sampled, start, end, starts, prices, thresholds), start, end,
-        price, processes, interval, jobs, readings, cost_between)
+                                  cost_between) if recorded_spend else None)
+    # (the ticks the spend replayed, its recording gaps' ends and the tick before the window:
+    # the energy counts the same seconds; beyond 6 h, read from the hour spend, the energy
+    # counts its even spread alone)
+    edged: tuple[RawWindow, frozenset[int], float | None] | None = None
+    if window_cost is None:
+        edged = _with_run_edges(reader, sampled, start, end, starts, prices, thresholds)
+        window_cost = _window_cost(*edged, start, end, price, processes, interval, jobs,
+                                   readings, cost_between)
     # Each kind as it was at the window's end (the store's kind history), else as the daemon
     # last classified it (a store from before the history: meta "kinds").
     kinds_then = queries.process_kinds(reader, end)
@@ -246,10 +251,11 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
                               None), gpus, per_kwh, interval, starts))
     for gpu in gpus:  # null without an electricity price: a contract's key is never left out
         gpu.setdefault("energy_per_hour", None)
-    report_energy.section(document, sampled.samples, start, end,
+    report_energy.section(document, edged[0].samples if edged else sampled.samples, start, end,
                           max(recording_gap_s(interval), 3 * (end - start) / max(len(sampled.samples), 1)),
                           jobs, config, rollup_interval=interval if rolled else None,
-                          run_starts=starts)
+                          run_starts=starts, gap_ends=edged[1] if edged else frozenset(),
+                          before=edged[2] if edged else None)
     document["timeline"] = build_timeline(reader, start, end, prices, thresholds, interval,
                                           raw)
     latency_report.section(document, readings, start, end, jobs,  # needs processes, timeline

@@ -42,13 +42,16 @@ def report_grid(host: dict[str, Any], config: Config) -> GridIntensity:
 
 def section(document: dict[str, Any], samples: Sequence[Sample], start: float, end: float,
             max_gap_s: float, jobs: dict[str, str] | None, config: Config,
-            rollup_interval: float | None = None, run_starts: Sequence[float] = ()) -> None:
+            rollup_interval: float | None = None, run_starts: Sequence[float] = (),
+            gap_ends: frozenset[int] = frozenset(), before: float | None = None) -> None:
     """Sets document["carbon"] and each process's "energy" (None where it drew nothing), from
-    the window's ticks as the report's cost pass read them. `rollup_interval`: the window's GPU
+    the window's ticks as the report's cost pass read them (`gap_ends`, `before`: as it
+    charged them, energy.window_meter). `rollup_interval`: the window's GPU
     figures came from the rollups (a range past raw retention), so carbon["whole_window"] also
     gives all GPUs' energy over the whole window from their mean power there."""
     grid = report_grid(document.get("host") or {}, config)
-    meter, covered = window_meter(samples, JobLabeler(jobs).label, max_gap_s, run_starts)
+    meter, covered = window_meter(samples, JobLabeler(jobs).label, max_gap_s, run_starts,
+                                  gap_ends, before)
     by_process = meter.processes()
     for proc in document.get("processes") or []:
         found = by_process.get((proc["pid"], proc["start_time"]))

@@ -183,7 +183,8 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
     # Energy and carbon over the same samples; the grid the daemon recorded (no config here).
     jobs = queries.recorded_jobs(reader)  # [cost].jobs as the daemon ran
     grid = recorded_grid(host)
-    meter, covered = window_meter(samples, JobLabeler(jobs).label, max_gap_s, starts)
+    meter, covered = window_meter(samples, JobLabeler(jobs).label, max_gap_s, starts,
+                                  frozenset(ts for _, ts in gaps), before)
     energies = meter.processes()
     if samples:
         data.carbon = window_summary(meter, grid, covered, end - start)

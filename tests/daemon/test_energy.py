@@ -470,7 +470,10 @@ def test_a_window_past_raw_retention_gives_all_gpus_energy_from_the_rollups(tmp_
     assert whole["joules"] / whole["covered_s"] == pytest.approx(joules / (2 * 3600), rel=1e-2)
     assert whole["joules"] > 2 * carbon["joules"]
     text = report.render_text(document)
-    assert "(over 30 min of the window's 3.0 h: the raw samples reach no further)" in text, text
+    # (the 1,840 raw ticks kept span 1,839 s, each counted: the even spread of them the report
+    # read before left some out, "30 min")
+    assert carbon["covered_s"] == pytest.approx(1839.0)
+    assert "(over 31 min of the window's 3.0 h: the raw samples reach no further)" in text, text
     assert "all GPUs over 2.0 h from the rollups' mean power:" in text, text
     from daemon.commands.report_energy import review_line
 

@@ -490,5 +490,11 @@ def test_the_page_and_the_replay_charge_a_stall_as_the_ledger_did(tmp_path):
     assert document["spend"]["unaccounted_seconds"] == pytest.approx(540.0)
     page = report_html.collect(db)
     assert page.spend == pytest.approx(expected, rel=1e-6)
+    # the energy counts the seconds the spend charged (it counted 316 s of the stall)
+    charged_s = 2 * 2519 * 10 + 60
+    for carbon in (document["carbon"], page.carbon):
+        assert carbon is not None
+        assert carbon["covered_s"] == pytest.approx(charged_s)
+        assert carbon["joules"] == pytest.approx(2 * 100.0 * charged_s, rel=1e-6)
     with Replay(db) as replay:
         assert replay.state_at(run[-1])["cost"]["total"] == pytest.approx(expected, rel=1e-6)

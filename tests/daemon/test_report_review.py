@@ -416,11 +416,12 @@ def test_a_stopped_stores_whole_range_has_nothing_recorded_before_its_first_tick
 def _record_runs(db: Path, runs: list[list[float]], rate: float, through: float, *,
                  maintained: bool = False, rates: tuple[float, ...] = (),
                  processes: tuple[tuple[ProcessSample, ...], ...] = (),
-                 utilizations: tuple[float, ...] = ()) -> float:
+                 utilizations: tuple[float, ...] = (), power_watts: float | None = None) -> float:
     """A store written as the daemon writes it: each run (its ticks' times) recorded through
     the real writer, charged by its own CostLedger and handed over as hour spend, with its
     start and price readings (`rates`: each run's price per hour, else `rate`; `processes`:
-    each run's, else the trainer; `utilizations`: its GPU's, else 90 %); the spend
+    each run's, else the trainer; `utilizations`: its GPU's, else 90 %; `power_watts`: its
+    GPU's power, else none read); the spend
     handed over up to `through`; `maintained`: its minutes rolled up by the writer's
     maintenance, as a running daemon's are. Returns the seconds the ledgers charged up to
     `through`."""
@@ -432,7 +433,7 @@ def _record_runs(db: Path, runs: list[list[float]], rate: float, through: float,
     store = Store(str(db))
     store.set_meta("host", {"hostname": "box", "interval_s": 1.0, "price": price.as_dict()})
     gpus = (GpuSample(0, "GPU-0", "A100", utilization=90.0, memory_used_bytes=30 << 30,
-                      memory_total_bytes=40 << 30),)
+                      memory_total_bytes=40 << 30, power_watts=power_watts),)
     charged, tick = 0.0, 0
     for run, times in enumerate(runs):
         if rates:
@@ -882,7 +883,8 @@ def test_a_stall_inside_a_run_is_charged_as_the_ledger_charged_it(tmp_path, sinc
     rate = 5.672
     run = [hour + 600 + i * 1.0 for i in range(300)]
     run += [run[-1] + 105.7 + i * 1.0 for i in range(300)]
-    charged = _record_runs(db, [run], rate, through=run[-1] + 0.5, maintained=True)
+    charged = _record_runs(db, [run], rate, through=run[-1] + 0.5, maintained=True,
+                           power_watts=300.0)
     assert charged == pytest.approx(598 + 60.0)
     out = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db), "--since",
                           since, "--until", str(run[-1] + 0.5), "--json"], cwd=ROOT,
@@ -894,6 +896,12 @@ def test_a_stall_inside_a_run_is_charged_as_the_ledger_charged_it(tmp_path, sinc
     assert spend["unaccounted_seconds"] == pytest.approx(45.7, abs=1e-3)
     assert spend["total"] == pytest.approx(rate / 3600 * charged, rel=1e-6)
     assert document["review"]["spend"]["total"] == pytest.approx(spend["total"], rel=1e-5)
+    if since in ("20m", "3h", "6h"):  # (from the ticks; beyond, their even spread alone)
+        # the energy counts the seconds the spend charged: a 3 h window counted the whole
+        # stall (the spread's widened cap) and left out its first tick's second
+        carbon = document["carbon"]
+        assert carbon["covered_s"] == pytest.approx(spend["seconds"], abs=1e-3)
+        assert carbon["joules"] == pytest.approx(300.0 * carbon["covered_s"], rel=1e-6)
 
 
 def test_a_stall_across_hours_is_unaccounted_in_every_report_that_holds_it(tmp_path):
