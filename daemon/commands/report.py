@@ -319,8 +319,10 @@ def _add_tail(reader: StoreReader, found: tuple[CostLedger, Any] | None, start: 
               jobs: dict[str, str] | None, interval: float) -> float | None:
     """Charge to `found` (the spend recorded over [start, end]) the window's ticks after the
     store's spend_through, as the daemon's ledger charges them (recorded_spend.unrecorded, as
-    the next daemon start writes them to the store); returns where the spend then reaches
-    (None: where the store says, nothing added)."""
+    the next daemon start writes them to the store); returns where the spend then reaches: the
+    last tick charged (None: where the store says, nothing added). Not the window's end: a
+    stopped store reviewed to 7 minutes after its last tick read its 3 minutes of spend per day
+    over 10 (probe 157 M2)."""
     through = queries.spend_through(reader)
     if found is None or through is None or through >= end:
         return None
@@ -329,7 +331,7 @@ def _add_tail(reader: StoreReader, found: tuple[CostLedger, Any] | None, start: 
     if tail is None:  # no tick there, or no price to charge them with
         return None
     tail.add_to(found[0])
-    return end
+    return max(through, tail.through)
 
 
 def _price_then(entry: dict[str, Any]) -> str:

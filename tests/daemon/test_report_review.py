@@ -204,6 +204,27 @@ def test_by_names_what_it_cannot_split_by(store):
     assert "--by 'kind,colour': use any of kind, job, user" in out.stderr
 
 
+def test_a_stopped_stores_spend_per_day_counts_to_its_last_tick_not_the_windows_end(tmp_path):
+    """Probe 157 M2: a store whose daemon stopped 7 minutes before the window's end (`--until`),
+    its spend handed over to its last tick: per day read "$242.70/day over the 10 min the store
+    holds" for a $786/day host recorded for 3 minutes (the tail of ticks after the hand-over
+    said the spend reached the window's end). It counts to the last tick."""
+    db = tmp_path / "mlcost.db"
+    hour = int(time.time() // 3600 * 3600) - 2 * 3600
+    rate = 32.77
+    run = [hour + 600 + i * 1.0 for i in range(181)]
+    charged = _record_runs(db, [run], rate, through=run[-1])
+    out = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db), "--since",
+                          "15m", "--until", str(run[-1] + 420), "--json"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    spend = json.loads(out.stdout)["review"]["spend"]
+    assert charged == pytest.approx(180.0)
+    assert spend["total"] == pytest.approx(rate / 3600 * 180, rel=1e-5)
+    assert spend["per_day_over_s"] == pytest.approx(180.0)  # was 600
+    assert spend["per_day"] == pytest.approx(rate * 24, rel=1e-5)
+
+
 def test_a_young_live_stores_spend_per_day_counts_to_where_its_recorded_spend_reaches(tmp_path):
     """A live daemon hands the store its spend every round: two minutes into a store, the
     ticks reach two minutes and the spend 90 s. Per day counted to the last tick read
