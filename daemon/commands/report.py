@@ -19,7 +19,14 @@ from daemon.analysis.cost import HostPrice, unseen_json
 from daemon.analysis.gpu_models import split_by_model
 from daemon.analysis.idle import costed_to
 from daemon.analysis.inference_audit import recorded_audit, with_savings
-from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s, run_starts, tick_seconds
+from daemon.analysis.ledger import (
+    BurnRates,
+    CostLedger,
+    JobLabeler,
+    recording_gap_s,
+    run_starts,
+    tick_seconds,
+)
 from daemon.analysis.price_history import PriceHistory, as_then
 from daemon.analysis.range_ticks import edge_ticks, recording_gaps, tick_before
 from daemon.analysis.recorded_spend import (
@@ -433,16 +440,23 @@ def _recorded_cost(found: tuple[CostLedger, Any], price: dict[str, Any] | None,
     ledger, _ = found
     hours = max(ledger.seconds, 1e-9) / 3600
     for entry in processes:
-        cost = ledger.by_process.get((entry["pid"], entry["start_time"]))
+        key = (entry["pid"], entry["start_time"])
+        cost = ledger.by_process.get(key)
         entry["cost"] = cost
+        # its dollars over the seconds it was charged (the hour rows keep them), as the
+        # replay of a shorter window weighs its ticks; a row without them: the time it was seen
+        charged = ledger.process_seconds.get(key) or 0.0
         seen = max(1e-9, (entry["last_seen"] - entry["first_seen"]) / 3600)
-        entry["burn_per_hour"] = None if cost is None else cost / min(seen, hours)
+        entry["burn_per_hour"] = (None if cost is None else cost / (charged / 3600)
+                                  if charged > 0 else cost / min(seen, hours))
     ledger.set_storage(team_review.storage_items(readings, end))
     spend = ledger.as_dict()
     spend.pop("by_process", None)
     spend["unit_costs"] = unit_costs(readings, start, end, cost_between)
-    return {"burn": {"total_per_hour": ledger.total / hours, "wasted_per_hour":
-                     ledger.wasted / hours, "idle_per_hour": ledger.idle / hours,
+    # (the burn is the GPUs' and the host's, as a tick's: the storage is spend, not burn)
+    return {"burn": {"total_per_hour": (ledger.total - ledger.storage) / hours,
+                     "wasted_per_hour": ledger.wasted / hours,
+                     "idle_per_hour": ledger.idle / hours,
                      "price_source": host_price.source, "price_per_hour": host_price.per_hour,
                      "price_per_gpu": host_price.per_gpu},
             "spend": spend}
@@ -511,26 +525,23 @@ def _window_cost(raw: RawWindow, gap_ends: frozenset[int], before: float | None,
     pending = sorted(ts for (kind, _), found in readings.items() if kind == "unit"
                      for ts, _, _ in found)
     charged_at: dict[tuple[str, float], float] = {}
-    totals = {"total": 0.0, "wasted": 0.0, "idle": 0.0}
-    by_process: dict[tuple[int, float], list[float]] = {}
+    # The burn: each tick's rates weighted by the seconds the ledger charged it (the window's
+    # spend over its charged seconds, as the hour spend reads beyond 6 h), not a plain mean of
+    # the ticks read: one run at 0.2 s ticks and one at 1 s weighed the first's seconds 5
+    # times (probe 155 M1: $39.06/h over 10 min, $47.12/h over 7 h, for the same seconds).
+    # The plain means stand in where no tick charged anything (a window of one tick).
+    rates = BurnRates()
     for sample, current in zip(samples, raw.costs, strict=True):
         assert current is not None  # priced: the host has a price
         ledger.set_storage(team_review.storage_items(readings, sample.ts))
-        ledger.add(current)
+        rates.add(current, ledger.add(current))
         while pending and pending[0] <= sample.ts:
             at = pending.pop(0)
             charged_at.update(((target, at), ledger.cost_of(target)) for target in targets)
-        totals["total"] += current.total_per_hour
-        totals["wasted"] += current.wasted_per_hour
-        totals["idle"] += current.idle_per_hour
-        for key, proc in current.processes.items():
-            by_process.setdefault(key, []).append(proc.burn_per_hour)
-    n = len(samples)
     for entry in processes:
         # Samples and summary come from the same store: the same (pid, start_time) keys.
         key = (entry["pid"], entry["start_time"])
-        rates = by_process.get(key)
-        entry["burn_per_hour"] = sum(rates) / len(rates) if rates else None
+        entry["burn_per_hour"] = rates.process(key)
         entry["cost"] = ledger.by_process.get(key)
     spend = ledger.as_dict()
     spend.pop("by_process", None)
@@ -544,8 +555,7 @@ def _window_cost(raw: RawWindow, gap_ends: frozenset[int], before: float | None,
         return replayed(target, since, until) if found is None else found
 
     spend["unit_costs"] = unit_costs(readings, start, end, between)
-    return {"burn": {"total_per_hour": totals["total"] / n, "wasted_per_hour": totals["wasted"] / n,
-                     "idle_per_hour": totals["idle"] / n, "price_source": host_price.source,
+    return {"burn": {**rates.host(), "price_source": host_price.source,
                      "price_per_hour": host_price.per_hour, "price_per_gpu": host_price.per_gpu},
             "spend": spend}
 

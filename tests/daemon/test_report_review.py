@@ -985,3 +985,56 @@ def test_the_seconds_of_an_hour_cut_across_a_price_change_are_its_ticks_time(tmp
     assert document["spend"]["total"] == pytest.approx(dollars, rel=1e-5)
     assert document["spend"]["seconds"] == pytest.approx(198.0, abs=1e-3)  # was 231
     assert document["burn"]["total_per_hour"] == pytest.approx(dollars / 198.0 * 3600, rel=1e-5)
+
+
+def _interval_change_store(tmp_path: Path) -> tuple[Path, list[float], list[float]]:
+    """Probe 155's store: a run at 0.2 s ticks and $36/h, 15 s with no daemon, then a run at
+    1 s ticks and $72/h, the trainer in both, written as the daemon writes them."""
+    db = tmp_path / "mlcost.db"
+    hour = int(time.time() // 3600 * 3600) - 3 * 3600
+    first = [hour + 600 + i * 0.2 for i in range(300)]
+    second = [first[-1] + 15 + i * 1.0 for i in range(60)]
+    _record_runs(db, [first, second], 36.0, through=second[-1] + 0.5, maintained=True,
+                 rates=(36.0, 72.0))
+    return db, first, second
+
+
+def _report(db: Path, *args: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db), *args],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout) if "--json" in args else {"text": out.stdout}
+
+
+def test_the_burn_weighs_each_tick_by_the_seconds_it_was_charged_on_every_path(tmp_path):
+    """Probe 155 M1: once the tick interval changed between runs (0.2 s, then 1 s), the raw
+    and sampled paths took a plain mean of the ticks read, which weighed the 0.2 s run's
+    seconds 5 times: $42/h over 10 min (and the trainer's $/h the same), where the spend over
+    its charged seconds, and the hour spend beyond 6 h, read $53.9/h. One burn for one
+    recording, on the raw path (10 min), the sampled spread (2 h) and the hour spend (7 h)."""
+    db, first, second = _interval_change_store(tmp_path)
+    charged = (first[-1] - first[0]) + (second[-1] - second[0])
+    spend = (36.0 * (first[-1] - first[0]) + 72.0 * (second[-1] - second[0])) / 3600
+    expected = spend / charged * 3600  # 53.9 $/h; the plain mean of the ticks: 42 $/h
+    for since in ("10m", "2h", "7h"):
+        document = _report(db, "--since", since, "--json")
+        assert document["spend"]["seconds"] == pytest.approx(charged, abs=1e-3), since
+        assert document["spend"]["total"] == pytest.approx(spend, rel=1e-6), since
+        assert document["burn"]["total_per_hour"] == pytest.approx(expected, rel=1e-6), since
+        trainer = next(p for p in document["processes"] if p["pid"] == TRAIN.pid)
+        assert trainer["cost"] == pytest.approx(spend, rel=1e-6), since
+        assert trainer["burn_per_hour"] == pytest.approx(expected, rel=1e-6), since
+
+
+def test_the_html_page_weighs_a_processs_ticks_by_the_seconds_charged(tmp_path):
+    """The snapshot page's process burn took the plain mean of its ticks as the report's did
+    (probe 155 M1): $42/h for the trainer that spent $1.78 over 118.8 s ($53.9/h)."""
+    from daemon.report_html.data import collect
+
+    db, first, second = _interval_change_store(tmp_path)
+    charged = (first[-1] - first[0]) + (second[-1] - second[0])
+    spend = (36.0 * (first[-1] - first[0]) + 72.0 * (second[-1] - second[0])) / 3600
+    data = collect(db)
+    trainer = next(p for p in data.processes if p["pid"] == TRAIN.pid)
+    assert trainer["cost"] == pytest.approx(spend, rel=1e-6)
+    assert trainer["burn_per_hour"] == pytest.approx(spend / charged * 3600, rel=1e-6)
