@@ -28,7 +28,7 @@ from daemon.analysis.ledger import (
     tick_seconds,
 )
 from daemon.analysis.price_history import PriceHistory, as_then
-from daemon.analysis.range_ticks import edge_ticks, recording_gaps, tick_before
+from daemon.analysis.range_ticks import edge_ticks, not_recorded_s, recording_gaps, tick_before
 from daemon.analysis.recorded_spend import (
     CostBetween,
     recorded_cost_between,
@@ -243,6 +243,10 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
             reader, end - max(since_s, recommendations_since_s or 0.0), end), end), price,
             gpus),
     }
+    # The window's time in the store's range that no daemon recorded (between two runs):
+    # charged nothing and not unaccounted, so said on its own (probe 155 M3)
+    document["spend"]["not_recorded_seconds"] = not_recorded_s(reader, start, end, starts,
+                                                               recorded_range)
     # GPUs the price counts that NVML did not list: charged in the burn (idle, wasted)
     document["burn"].update(unseen_json(HostPrice.from_dict(price),
                                         len({gpu["index"] for gpu in gpus})))
@@ -337,6 +341,22 @@ def _add_tail(reader: StoreReader, found: tuple[CostLedger, Any] | None, start: 
         return None
     tail.add_to(found[0])
     return end
+
+
+def _not_recorded_lines(report: dict[str, Any]) -> list[str]:
+    """'not recorded: 35 s of the 103 s (no daemon running: ...)' where the window's time
+    between two runs is material (a minute, or 1 % of the window's part of the store's range);
+    [] otherwise."""
+    window = report["window"]
+    recorded = window.get("recorded") or {}
+    missed = (report.get("spend") or {}).get("not_recorded_seconds")
+    if not isinstance(missed, int | float) or missed < 1 or not recorded:
+        return []
+    span = min(window["until"], recorded["last"]) - max(window["since"], recorded["first"])
+    if span <= 0 or (missed < 60 and missed < 0.01 * span):
+        return []
+    return [f"not recorded: {clock.duration(missed)} of the {clock.duration(span)} the store "
+            "holds in this window (no daemon running, between two runs: charged nothing)"]
 
 
 def _price_then(entry: dict[str, Any]) -> str:
@@ -641,6 +661,7 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
     if first and first - window["since"] > 3 * float(host.get("interval_s") or 1.0) + 60:
         out.append(f"  (samples from {clock.local_time(first)}"
                    " on: nothing recorded before, or older than [store].raw_retention)")
+    out += _not_recorded_lines(report)
     if host.get("nvml_status") not in (None, "ok"):
         out.append(f"NVML: {host['nvml_status']}")
     if not window["ticks"]:

@@ -1038,3 +1038,40 @@ def test_the_html_page_weighs_a_processs_ticks_by_the_seconds_charged(tmp_path):
     trainer = next(p for p in data.processes if p["pid"] == TRAIN.pid)
     assert trainer["cost"] == pytest.approx(spend, rel=1e-6)
     assert trainer["burn_per_hour"] == pytest.approx(spend / charged * 3600, rel=1e-6)
+
+
+def test_the_report_says_how_much_of_its_window_no_daemon_recorded(tmp_path):
+    """Probe 155 M3: the 15 s between two runs are charged nothing and are not unaccounted;
+    the report said nothing of them, and the review's per-day figure counted them as recorded
+    ("over the 2.2 min the store holds"). `spend.not_recorded_seconds` says them on every path
+    (with the charged seconds they make up the store's range), the text says them, the review's
+    per-day note too; a window that starts inside the gap counts its part of it, and the time
+    before the store's first tick is not counted."""
+    db, first, second = _interval_change_store(tmp_path)
+    span = second[-1] - first[0]
+    for since in ("10m", "2h", "7h"):
+        document = _report(db, "--since", since, "--json")
+        spend = document["spend"]
+        assert spend["not_recorded_seconds"] == pytest.approx(15.0, abs=1e-3), since
+        assert spend["seconds"] + spend["not_recorded_seconds"] == pytest.approx(span, abs=1e-3)
+        assert "15 s of them not recorded (no daemon running)" in \
+            document["review"]["spend"]["per_day_basis"], since
+    text = _report(db, "--since", "10m")["text"]
+    assert ("not recorded: 15 s of the 2 min the store holds in this window (no daemon "
+            "running") in text, text
+    inside = _report(db, "--since", str(second[-1] - (first[-1] + 5)), "--json")
+    assert inside["spend"]["not_recorded_seconds"] == pytest.approx(10.0, abs=1e-3)
+    one_run = _report(db, "--since", "10m", "--until", str(first[-1]), "--json")
+    assert one_run["spend"]["not_recorded_seconds"] == 0.0
+    assert "not recorded" not in _report(db, "--since", "10m", "--until", str(first[-1]))["text"]
+
+
+def test_time_between_runs_whose_ticks_retention_removed_is_placed_by_the_minutes(tmp_path):
+    """Past [store].raw_retention no tick is left either side of a daemon start: the minute
+    rollups place the time between the runs, to the minute (15 s here: its minutes say 13.3 s,
+    from the end of the first run's last minute to the start), where the ticks said none."""
+    db, first, second = _interval_change_store(tmp_path)
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM ticks WHERE ts < ?", (round((second[0] + 10) * 1000),))
+    document = _report(db, "--since", "7h", "--json")
+    assert 0 < document["spend"]["not_recorded_seconds"] <= 15.0 + 60.0
