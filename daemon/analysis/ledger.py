@@ -173,6 +173,10 @@ class CostLedger:
         self.unaccounted_seconds = 0.0
         self.unread_seconds = 0.0  # charged at the host's price with no GPU read (in `seconds`)
         self.by_process: dict[ProcessKey, float] = defaultdict(float)
+        # The seconds each process was charged, where the dollars came from a store's hour
+        # spend (`add_recorded`): its burn over a range is its dollars over them. The live
+        # ledger (`add`) leaves it empty: a tick per process per second would cost its loop.
+        self.process_seconds: dict[ProcessKey, float] = defaultdict(float)
         self.by_user: dict[str, float] = defaultdict(float)
         self.by_job: dict[str, float] = defaultdict(float)
         self.by_day: dict[str, float] = defaultdict(float)
@@ -368,11 +372,13 @@ class CostLedger:
 
     def add_recorded(self, ts: float, seconds: float, host: Mapping[str, float],
                      processes: Mapping[ProcessKey, tuple[float, str, str, Mapping[str, str]]],
-                     unaccounted: float = 0.0) -> None:
+                     unaccounted: float = 0.0,
+                     process_seconds: Mapping[ProcessKey, float] | None = None) -> None:
         """Charge dollars a store recorded (its hour spend, daemon.store.facts.write_spend)
         for `seconds` around `ts`: `host` total, idle, wasted and storage; `processes` key ->
         (dollars, user, command, owner); `unaccounted`: the seconds of recording gaps there
-        that no tick charged. The same tables as `add` fill, by the same labels."""
+        that no tick charged; `process_seconds`: the seconds each process was charged there
+        (`process_seconds`). The same tables as `add` fill, by the same labels."""
         with self.lock:
             self.unaccounted_seconds += unaccounted
             day = utc_day(ts)
@@ -387,6 +393,8 @@ class CostLedger:
             self.by_month[month] += total
             for key, (cost, user, command, owner) in processes.items():
                 self._charge(key, cost, day, user, command, owner)
+            for key, charged in (process_seconds or {}).items():
+                self.process_seconds[key] += charged
 
     def take_unrecorded(self) -> tuple[dict[int, list[float]],
                                        dict[tuple[int, ProcessKey], list[float]]]:
@@ -465,6 +473,7 @@ class CostLedger:
         with self.lock:
             for key in keys:
                 self.by_process.pop(key, None)
+                self.process_seconds.pop(key, None)
                 self.job_of.pop(key, None)
                 self.user_of.pop(key, None)
                 self.owner_jobs_of.pop(key, None)
@@ -498,3 +507,52 @@ class CostLedger:
         totals["unit_costs"] = [m.as_dict() for m in self.meters]
         totals["latency"] = [m.as_dict() for m in self.latency]
         return totals
+
+
+class BurnRates:
+    """A range's burn ($/h) from the ticks a replay charges: each tick's rates weighted by the
+    seconds the ledger charged it (`add` with what CostLedger.add returned), so the burn is the
+    range's spend over its charged seconds, whatever the ticks' interval (a run at 0.2 s ticks
+    beside one at 1 s weighs each second alike, as the hour spend does), and each process's
+    its dollars over the seconds it was charged. Where no tick charged anything (a range of
+    one tick, each run's first), the plain mean of the ticks read."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.ticks = 0
+        self.weighted = [0.0, 0.0, 0.0]  # total, wasted, idle: $/h x seconds charged
+        self.plain = [0.0, 0.0, 0.0]  # the same, summed per tick
+        # process -> [$/h x seconds, seconds charged, $/h summed, ticks]
+        self.processes: dict[ProcessKey, list[float]] = {}
+
+    def add(self, burn: Burn, seconds: float) -> None:
+        rates = (burn.total_per_hour, burn.wasted_per_hour, burn.idle_per_hour)
+        self.ticks += 1
+        self.seconds += seconds
+        for i, rate in enumerate(rates):
+            self.weighted[i] += rate * seconds
+            self.plain[i] += rate
+        for key, proc in burn.processes.items():
+            found = self.processes.get(key)
+            if found is None:
+                found = self.processes[key] = [0.0, 0.0, 0.0, 0.0]
+            found[0] += proc.burn_per_hour * seconds
+            found[1] += seconds
+            found[2] += proc.burn_per_hour
+            found[3] += 1
+
+    def host(self) -> dict[str, float | None]:
+        """total_per_hour, wasted_per_hour, idle_per_hour (None: no tick)."""
+        if not self.ticks:
+            return dict.fromkeys(("total_per_hour", "wasted_per_hour", "idle_per_hour"))
+        sums, over = ((self.weighted, self.seconds) if self.seconds > 0
+                      else (self.plain, float(self.ticks)))
+        return {"total_per_hour": sums[0] / over, "wasted_per_hour": sums[1] / over,
+                "idle_per_hour": sums[2] / over}
+
+    def process(self, key: ProcessKey) -> float | None:
+        """One process's burn over the ticks it was in (None: in none)."""
+        found = self.processes.get(key)
+        if found is None:
+            return None
+        return found[0] / found[1] if found[1] > 0 else found[2] / found[3]

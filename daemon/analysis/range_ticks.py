@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from daemon.analysis.ledger import MAX_TICK_GAP_S
 from daemon.sources.sample import Sample
 from daemon.store.reader import StoreReader
+from daemon.store.schema import MINUTE
 
 RUN_EDGES_MAX = 200  # daemon starts in a range whose edge ticks are added (each two reads)
 GAPS_MAX = 200  # recording gaps in a range whose edge ticks are added (the longest first)
@@ -85,3 +86,47 @@ def tick_before(reader: StoreReader, start: float) -> float | None:
     two adjacent ranges add up to their union (probe 153 M2)."""
     found = reader.rows("SELECT max(ts) FROM ticks WHERE ts <= ?", (round(start * 1000),))[0][0]
     return found / 1000 if type(found) is int else None
+
+
+NOT_RECORDED_STARTS_MAX = 5000  # daemon starts a range's time between runs is read around
+
+
+def not_recorded_s(reader: StoreReader, start: float, end: float, starts: Sequence[float],
+                   recorded: tuple[float, float] | None) -> float:
+    """The seconds of [start, end] inside the store's `recorded` range (queries.recorded_range)
+    that no daemon recorded: from each run's last tick to the next run's first (`starts`: the
+    daemon starts, run_starts, with the last one before the range), the time the ledger
+    charges nothing and does not count as unaccounted (the daemon stopped, and started again:
+    its own start up to its first tick too). The time before the store's first record is not
+    counted (nothing says the host ran then), nor after its last. Where retention removed the
+    raw ticks around a start, the minute rollups place it, to the minute."""
+    if recorded is None:
+        return 0.0
+    lo, hi = max(start, recorded[0]), min(end, recorded[1])
+    if hi <= lo:
+        return 0.0
+    before = [s for s in starts if s <= lo]
+    chosen = sorted({*before[-1:], *(s for s in starts if lo < s <= hi)})
+    gaps: set[tuple[float, float]] = set()
+    for at in chosen[:NOT_RECORDED_STARTS_MAX]:
+        if at <= recorded[0]:
+            continue  # the store's first run: nothing recorded before it
+        ms = round(at * 1000)
+        row = reader.query("SELECT (SELECT max(ts) FROM ticks WHERE ts < ?) AS last, "
+                           "(SELECT min(ts) FROM ticks WHERE ts >= ?) AS first", (ms, ms))[0]
+        last, first = row["last"], row["first"]
+        if type(last) is not int:  # its ticks before were removed: their minutes place it
+            # (the last run's from the end of the last minute before the start's, the next
+            # from the start, or from its first minute after it)
+            minute = ms - ms % (MINUTE * 1000)
+            row = reader.query(
+                "SELECT (SELECT max(bucket) FROM rollups WHERE res = ? AND bucket < ?) AS last, "
+                "(SELECT min(bucket) FROM rollups WHERE res = ? AND bucket >= ?) AS first",
+                (MINUTE, minute, MINUTE, minute))[0]
+            if type(row["last"]) is not int or type(row["first"]) is not int:
+                continue
+            last, first = min(row["last"] + MINUTE * 1000, ms), max(row["first"], ms)
+        elif type(first) is not int:
+            continue  # no tick after it: the store's range ends before it
+        gaps.add((last / 1000, first / 1000))
+    return sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in gaps)

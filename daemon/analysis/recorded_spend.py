@@ -46,9 +46,9 @@ def recorded_ledger(reader: StoreReader, start: float, end: float,
         host, procs, charged = parts.setdefault(at, ({}, {}, [0.0, 0.0]))
         if metric == SPEND_PROCESS:
             fact = facts.get(key)
-            if fact is not None:
+            if fact is not None:  # (its seconds last: the seconds it was charged there)
                 procs[(fact["pid"], fact["start_time"])] = [
-                    dollars, fact["user"], fact["command"], fact["owner"]]
+                    dollars, fact["user"], fact["command"], fact["owner"], seconds]
         elif metric in SPEND_NAMES:
             host[SPEND_NAMES[metric]] = dollars
             charged[0] = max(charged[0], seconds)
@@ -56,8 +56,9 @@ def recorded_ledger(reader: StoreReader, start: float, end: float,
             charged[1] += seconds
     ledger = CostLedger(jobs)
     for at, (host, procs, charged) in sorted(parts.items()):
-        ledger.add_recorded(at, charged[0], host, {k: tuple(v) for k, v in procs.items()},
-                            unaccounted=charged[1])
+        ledger.add_recorded(at, charged[0], host, {k: tuple(v[:4]) for k, v in procs.items()},
+                            unaccounted=charged[1],
+                            process_seconds={k: v[4] for k, v in procs.items()})
     by_key = {(f["pid"], f["start_time"]): f for f in facts.values()}
     return ledger, by_key
 
@@ -95,7 +96,9 @@ class Unrecorded:
                        for (at, key), (_, dollars) in procs.items() if at == hour}
             target.add_recorded(float(hour), seconds, {
                 "total": total, "idle": idle, "wasted": wasted, "storage": storage}, charged,
-                unaccounted=unaccounted)
+                unaccounted=unaccounted,
+                process_seconds={key: spent for (at, key), (spent, _) in procs.items()
+                                 if at == hour})
             added += seconds
         return added
 

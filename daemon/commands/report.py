@@ -19,9 +19,16 @@ from daemon.analysis.cost import HostPrice, unseen_json
 from daemon.analysis.gpu_models import split_by_model
 from daemon.analysis.idle import costed_to
 from daemon.analysis.inference_audit import recorded_audit, with_savings
-from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s, run_starts, tick_seconds
+from daemon.analysis.ledger import (
+    BurnRates,
+    CostLedger,
+    JobLabeler,
+    recording_gap_s,
+    run_starts,
+    tick_seconds,
+)
 from daemon.analysis.price_history import PriceHistory, as_then
-from daemon.analysis.range_ticks import edge_ticks, recording_gaps, tick_before
+from daemon.analysis.range_ticks import edge_ticks, not_recorded_s, recording_gaps, tick_before
 from daemon.analysis.recorded_spend import (
     CostBetween,
     recorded_cost_between,
@@ -236,6 +243,10 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
             reader, end - max(since_s, recommendations_since_s or 0.0), end), end), price,
             gpus),
     }
+    # The window's time in the store's range that no daemon recorded (between two runs):
+    # charged nothing and not unaccounted, so said on its own (probe 155 M3)
+    document["spend"]["not_recorded_seconds"] = not_recorded_s(reader, start, end, starts,
+                                                               recorded_range)
     # GPUs the price counts that NVML did not list: charged in the burn (idle, wasted)
     document["burn"].update(unseen_json(HostPrice.from_dict(price),
                                         len({gpu["index"] for gpu in gpus})))
@@ -332,6 +343,22 @@ def _add_tail(reader: StoreReader, found: tuple[CostLedger, Any] | None, start: 
         return None
     tail.add_to(found[0])
     return max(through, tail.through)
+
+
+def _not_recorded_lines(report: dict[str, Any]) -> list[str]:
+    """'not recorded: 35 s of the 103 s (no daemon running: ...)' where the window's time
+    between two runs is material (a minute, or 1 % of the window's part of the store's range);
+    [] otherwise."""
+    window = report["window"]
+    recorded = window.get("recorded") or {}
+    missed = (report.get("spend") or {}).get("not_recorded_seconds")
+    if not isinstance(missed, int | float) or missed < 1 or not recorded:
+        return []
+    span = min(window["until"], recorded["last"]) - max(window["since"], recorded["first"])
+    if span <= 0 or (missed < 60 and missed < 0.01 * span):
+        return []
+    return [f"not recorded: {clock.duration(missed)} of the {clock.duration(span)} the store "
+            "holds in this window (no daemon running, between two runs: charged nothing)"]
 
 
 def _price_then(entry: dict[str, Any]) -> str:
@@ -435,16 +462,23 @@ def _recorded_cost(found: tuple[CostLedger, Any], price: dict[str, Any] | None,
     ledger, _ = found
     hours = max(ledger.seconds, 1e-9) / 3600
     for entry in processes:
-        cost = ledger.by_process.get((entry["pid"], entry["start_time"]))
+        key = (entry["pid"], entry["start_time"])
+        cost = ledger.by_process.get(key)
         entry["cost"] = cost
+        # its dollars over the seconds it was charged (the hour rows keep them), as the
+        # replay of a shorter window weighs its ticks; a row without them: the time it was seen
+        charged = ledger.process_seconds.get(key) or 0.0
         seen = max(1e-9, (entry["last_seen"] - entry["first_seen"]) / 3600)
-        entry["burn_per_hour"] = None if cost is None else cost / min(seen, hours)
+        entry["burn_per_hour"] = (None if cost is None else cost / (charged / 3600)
+                                  if charged > 0 else cost / min(seen, hours))
     ledger.set_storage(team_review.storage_items(readings, end))
     spend = ledger.as_dict()
     spend.pop("by_process", None)
     spend["unit_costs"] = unit_costs(readings, start, end, cost_between)
-    return {"burn": {"total_per_hour": ledger.total / hours, "wasted_per_hour":
-                     ledger.wasted / hours, "idle_per_hour": ledger.idle / hours,
+    # (the burn is the GPUs' and the host's, as a tick's: the storage is spend, not burn)
+    return {"burn": {"total_per_hour": (ledger.total - ledger.storage) / hours,
+                     "wasted_per_hour": ledger.wasted / hours,
+                     "idle_per_hour": ledger.idle / hours,
                      "price_source": host_price.source, "price_per_hour": host_price.per_hour,
                      "price_per_gpu": host_price.per_gpu},
             "spend": spend}
@@ -513,26 +547,23 @@ def _window_cost(raw: RawWindow, gap_ends: frozenset[int], before: float | None,
     pending = sorted(ts for (kind, _), found in readings.items() if kind == "unit"
                      for ts, _, _ in found)
     charged_at: dict[tuple[str, float], float] = {}
-    totals = {"total": 0.0, "wasted": 0.0, "idle": 0.0}
-    by_process: dict[tuple[int, float], list[float]] = {}
+    # The burn: each tick's rates weighted by the seconds the ledger charged it (the window's
+    # spend over its charged seconds, as the hour spend reads beyond 6 h), not a plain mean of
+    # the ticks read: one run at 0.2 s ticks and one at 1 s weighed the first's seconds 5
+    # times (probe 155 M1: $39.06/h over 10 min, $47.12/h over 7 h, for the same seconds).
+    # The plain means stand in where no tick charged anything (a window of one tick).
+    rates = BurnRates()
     for sample, current in zip(samples, raw.costs, strict=True):
         assert current is not None  # priced: the host has a price
         ledger.set_storage(team_review.storage_items(readings, sample.ts))
-        ledger.add(current)
+        rates.add(current, ledger.add(current))
         while pending and pending[0] <= sample.ts:
             at = pending.pop(0)
             charged_at.update(((target, at), ledger.cost_of(target)) for target in targets)
-        totals["total"] += current.total_per_hour
-        totals["wasted"] += current.wasted_per_hour
-        totals["idle"] += current.idle_per_hour
-        for key, proc in current.processes.items():
-            by_process.setdefault(key, []).append(proc.burn_per_hour)
-    n = len(samples)
     for entry in processes:
         # Samples and summary come from the same store: the same (pid, start_time) keys.
         key = (entry["pid"], entry["start_time"])
-        rates = by_process.get(key)
-        entry["burn_per_hour"] = sum(rates) / len(rates) if rates else None
+        entry["burn_per_hour"] = rates.process(key)
         entry["cost"] = ledger.by_process.get(key)
     spend = ledger.as_dict()
     spend.pop("by_process", None)
@@ -546,8 +577,7 @@ def _window_cost(raw: RawWindow, gap_ends: frozenset[int], before: float | None,
         return replayed(target, since, until) if found is None else found
 
     spend["unit_costs"] = unit_costs(readings, start, end, between)
-    return {"burn": {"total_per_hour": totals["total"] / n, "wasted_per_hour": totals["wasted"] / n,
-                     "idle_per_hour": totals["idle"] / n, "price_source": host_price.source,
+    return {"burn": {**rates.host(), "price_source": host_price.source,
                      "price_per_hour": host_price.per_hour, "price_per_gpu": host_price.per_gpu},
             "spend": spend}
 
@@ -633,6 +663,7 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
     if first and first - window["since"] > 3 * float(host.get("interval_s") or 1.0) + 60:
         out.append(f"  (samples from {clock.local_time(first)}"
                    " on: nothing recorded before, or older than [store].raw_retention)")
+    out += _not_recorded_lines(report)
     if host.get("nvml_status") not in (None, "ok"):
         out.append(f"NVML: {host['nvml_status']}")
     if not window["ticks"]:

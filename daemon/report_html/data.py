@@ -19,7 +19,7 @@ from daemon.analysis.cost import HostPrice, burn
 from daemon.analysis.energy import recorded_grid, window_meter, window_summary
 from daemon.analysis.gpu_models import split_by_model
 from daemon.analysis.idle import costed_to
-from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s, run_starts
+from daemon.analysis.ledger import BurnRates, CostLedger, JobLabeler, recording_gap_s, run_starts
 from daemon.analysis.price_history import PriceHistory, as_then
 from daemon.analysis.range_ticks import recording_gaps, tick_before, with_edges
 from daemon.analysis.recorded_spend import recorded_cost_between
@@ -151,7 +151,8 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
     if samples:
         data.price_changes = [(since, charged.as_dict())
                               for since, charged in prices.changes_within(samples[0].ts, end)]
-    by_process: dict[tuple[int, float], list[float]] = {}
+    # each process's burn: its dollars over the seconds it was charged (as the report's)
+    rates = BurnRates()
     max_gap_s = max(recording_gap_s(interval), 1.5 * (end - start) / max(len(spread) - 1, 1))
     if priced:
         # (its first tick after the start charged the interval before it, as the report's
@@ -162,12 +163,10 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
         total, wasted, idle = [], [], []
         for sample, charged in priced:
             current = burn(sample, charged, thresholds)
-            ledger.add(current)
+            rates.add(current, ledger.add(current))
             total.append((sample.ts, current.total_per_hour))
             wasted.append((sample.ts, current.wasted_per_hour))
             idle.append((sample.ts, current.idle_per_hour))
-            for key, proc in current.processes.items():
-                by_process.setdefault(key, []).append(proc.burn_per_hour)
         data.burn = {"burn $/h": total, "wasted $/h": wasted, "unused $/h": idle}
         spent = ledger.as_dict()
         data.spend, data.wasted = float(spent["total"]), float(spent["wasted"])
@@ -193,8 +192,7 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
     stacks: list[dict[str, Any]] = []
     for proc in processes:
         key = (proc["pid"], proc["start_time"])
-        rates = by_process.get(key)
-        proc["burn_per_hour"] = sum(rates) / len(rates) if rates else None
+        proc["burn_per_hour"] = rates.process(key)
         proc["cost"] = costs.get(key)
         energy = energies.get(key)
         proc["energy"] = None if energy is None else {

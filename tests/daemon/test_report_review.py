@@ -1006,3 +1006,93 @@ def test_the_seconds_of_an_hour_cut_across_a_price_change_are_its_ticks_time(tmp
     assert document["spend"]["total"] == pytest.approx(dollars, rel=1e-5)
     assert document["spend"]["seconds"] == pytest.approx(198.0, abs=1e-3)  # was 231
     assert document["burn"]["total_per_hour"] == pytest.approx(dollars / 198.0 * 3600, rel=1e-5)
+
+
+def _interval_change_store(tmp_path: Path) -> tuple[Path, list[float], list[float]]:
+    """Probe 155's store: a run at 0.2 s ticks and $36/h, 15 s with no daemon, then a run at
+    1 s ticks and $72/h, the trainer in both, written as the daemon writes them."""
+    db = tmp_path / "mlcost.db"
+    hour = int(time.time() // 3600 * 3600) - 3 * 3600
+    first = [hour + 600 + i * 0.2 for i in range(300)]
+    second = [first[-1] + 15 + i * 1.0 for i in range(60)]
+    _record_runs(db, [first, second], 36.0, through=second[-1] + 0.5, maintained=True,
+                 rates=(36.0, 72.0))
+    return db, first, second
+
+
+def _report(db: Path, *args: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db), *args],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout) if "--json" in args else {"text": out.stdout}
+
+
+def test_the_burn_weighs_each_tick_by_the_seconds_it_was_charged_on_every_path(tmp_path):
+    """Probe 155 M1: once the tick interval changed between runs (0.2 s, then 1 s), the raw
+    and sampled paths took a plain mean of the ticks read, which weighed the 0.2 s run's
+    seconds 5 times: $42/h over 10 min (and the trainer's $/h the same), where the spend over
+    its charged seconds, and the hour spend beyond 6 h, read $53.9/h. One burn for one
+    recording, on the raw path (10 min), the sampled spread (2 h) and the hour spend (7 h)."""
+    db, first, second = _interval_change_store(tmp_path)
+    charged = (first[-1] - first[0]) + (second[-1] - second[0])
+    spend = (36.0 * (first[-1] - first[0]) + 72.0 * (second[-1] - second[0])) / 3600
+    expected = spend / charged * 3600  # 53.9 $/h; the plain mean of the ticks: 42 $/h
+    for since in ("10m", "2h", "7h"):
+        document = _report(db, "--since", since, "--json")
+        assert document["spend"]["seconds"] == pytest.approx(charged, abs=1e-3), since
+        assert document["spend"]["total"] == pytest.approx(spend, rel=1e-6), since
+        assert document["burn"]["total_per_hour"] == pytest.approx(expected, rel=1e-6), since
+        trainer = next(p for p in document["processes"] if p["pid"] == TRAIN.pid)
+        assert trainer["cost"] == pytest.approx(spend, rel=1e-6), since
+        assert trainer["burn_per_hour"] == pytest.approx(expected, rel=1e-6), since
+
+
+def test_the_html_page_weighs_a_processs_ticks_by_the_seconds_charged(tmp_path):
+    """The snapshot page's process burn took the plain mean of its ticks as the report's did
+    (probe 155 M1): $42/h for the trainer that spent $1.78 over 118.8 s ($53.9/h)."""
+    from daemon.report_html.data import collect
+
+    db, first, second = _interval_change_store(tmp_path)
+    charged = (first[-1] - first[0]) + (second[-1] - second[0])
+    spend = (36.0 * (first[-1] - first[0]) + 72.0 * (second[-1] - second[0])) / 3600
+    data = collect(db)
+    trainer = next(p for p in data.processes if p["pid"] == TRAIN.pid)
+    assert trainer["cost"] == pytest.approx(spend, rel=1e-6)
+    assert trainer["burn_per_hour"] == pytest.approx(spend / charged * 3600, rel=1e-6)
+
+
+def test_the_report_says_how_much_of_its_window_no_daemon_recorded(tmp_path):
+    """Probe 155 M3: the 15 s between two runs are charged nothing and are not unaccounted;
+    the report said nothing of them, and the review's per-day figure counted them as recorded
+    ("over the 2.2 min the store holds"). `spend.not_recorded_seconds` says them on every path
+    (with the charged seconds they make up the store's range), the text says them, the review's
+    per-day note too; a window that starts inside the gap counts its part of it, and the time
+    before the store's first tick is not counted."""
+    db, first, second = _interval_change_store(tmp_path)
+    span = second[-1] - first[0]
+    for since in ("10m", "2h", "7h"):
+        document = _report(db, "--since", since, "--json")
+        spend = document["spend"]
+        assert spend["not_recorded_seconds"] == pytest.approx(15.0, abs=1e-3), since
+        assert spend["seconds"] + spend["not_recorded_seconds"] == pytest.approx(span, abs=1e-3)
+        assert "15 s of them not recorded (no daemon running)" in \
+            document["review"]["spend"]["per_day_basis"], since
+    text = _report(db, "--since", "10m")["text"]
+    assert ("not recorded: 15 s of the 2 min the store holds in this window (no daemon "
+            "running") in text, text
+    inside = _report(db, "--since", str(second[-1] - (first[-1] + 5)), "--json")
+    assert inside["spend"]["not_recorded_seconds"] == pytest.approx(10.0, abs=1e-3)
+    one_run = _report(db, "--since", "10m", "--until", str(first[-1]), "--json")
+    assert one_run["spend"]["not_recorded_seconds"] == 0.0
+    assert "not recorded" not in _report(db, "--since", "10m", "--until", str(first[-1]))["text"]
+
+
+def test_time_between_runs_whose_ticks_retention_removed_is_placed_by_the_minutes(tmp_path):
+    """Past [store].raw_retention no tick is left either side of a daemon start: the minute
+    rollups place the time between the runs, to the minute (15 s here: its minutes say 13.3 s,
+    from the end of the first run's last minute to the start), where the ticks said none."""
+    db, first, second = _interval_change_store(tmp_path)
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM ticks WHERE ts < ?", (round((second[0] + 10) * 1000),))
+    document = _report(db, "--since", "7h", "--json")
+    assert 0 < document["spend"]["not_recorded_seconds"] <= 15.0 + 60.0
