@@ -560,8 +560,13 @@ class DaemonCollector(Collector):
             burn_total.add(labels, t.burn_dollars, "_total")
             wasted_total.add(labels, t.wasted_dollars, "_total")
             energy.add(labels, t.energy_joules, "_total")
+        unseen = Family("mlcost_unseen_gpus", "GPUs the host's price counts that NVML does "
+                        "not list (all of them while it lists none): each billed at the GPU's "
+                        "price as idle burn and wasted, in the host's burn; no per-GPU series",
+                        "gauge")
+        unseen.add((("Hostname", hostname),), float(state.unseen_gpus))
         yield from (util, sm, used, total, power, up, busy, holders, burn, wasted, burn_total,
-                    wasted_total, energy)
+                    wasted_total, energy, unseen)
 
     # -- the daemon's idleness verdict, as GET /v1/idle gives it (daemon.api.idle_metrics) ---
 

@@ -193,3 +193,50 @@ def test_pods_past_the_label_limit_fold_into_other_and_their_dollars_add_up():
             for pod in (s.labels["pod"],)}
     assert used[OTHER] == pytest.approx(2 * 0.1 * PRICE)
     assert math.fsum(s.value for s in usage) == pytest.approx(PRICE)
+
+
+# -- GPUs the price counts that NVML does not list (probe 156 F1) ----------------------------
+
+
+def now_unseen(gpus: list[dict[str, Any]], unseen: int) -> Now:
+    """A host whose price counts `unseen` GPUs more than NVML lists, as /v1/now's burn says."""
+    return Now.from_dict({"host": {"hostname": "node-a"}, "ts": 1000.0, "gpus": gpus,
+                          "processes": [], "burn": {"unseen_gpus": unseen,
+                                                    "unseen_per_hour": PRICE * unseen}})
+
+
+def test_gpus_nvml_does_not_list_are_unallocated_whole_each_under_its_own_gpu_label():
+    parts = split_gpu_cost(now_unseen([gpu(0), gpu(1)], 2), {"GPU-0": [ML]})
+    assert math.fsum(p.per_hour for p in parts) == pytest.approx(4 * PRICE)
+    unseen = sorted((p.gpu, p.uuid, p.usage, p.holder, p.per_hour) for p in parts
+                    if p.gpu_index < 0)
+    assert unseen == [("unseen-1", "", UNALLOCATED, NOBODY, PRICE),
+                      ("unseen-2", "", UNALLOCATED, NOBODY, PRICE)]
+
+
+class UnseenDaemon(FakeDaemon):
+    """A p4d priced for 8 GPUs whose NVML lists 4 (the `faults` scenario): /v1/now's burn
+    charges the 4 others as idle."""
+
+    def now(self) -> dict[str, Any]:
+        document = super().now()
+        document["price"] = {"per_hour": PRICE * 8, "gpu_count": 8}
+        document["burn"] = {"total_per_hour": PRICE * 8, "idle_per_hour": PRICE * 7,
+                            "price_per_gpu": PRICE, "unseen_gpus": 4,
+                            "unseen_per_hour": PRICE * 4}
+        return document
+
+
+def test_the_usage_split_and_the_node_gpus_count_the_gpus_nvml_does_not_list():
+    fake = UnseenDaemon([proc(1, [(0, 1 << 30, 50.0)], ML)], 4, {"GPU-0": [ML]})
+    text = Metrics(fake).render().decode()
+    [hourly] = samples(text, "mlcost_node_gpu_hourly_cost")
+    [count] = samples(text, "mlcost_node_gpus")
+    assert (hourly.value, count.value) == (PRICE, 8.0)
+    usage = samples(text, "mlcost_gpu_usage_hourly_cost")
+    assert math.fsum(s.value for s in usage) == pytest.approx(8 * PRICE)  # the host's burn
+    unseen = sorted((s.labels["gpu"], s.value) for s in usage if "UUID" not in s.labels)
+    assert unseen == [(f"unseen-{n}", PRICE) for n in range(1, 5)]
+    assert all(s.labels["usage"] == UNALLOCATED for s in usage if "UUID" not in s.labels)
+    [gauge] = samples(text, "mlcost_unseen_gpus")
+    assert (gauge.labels, gauge.value) == ({"Hostname": "node-a"}, 4.0)
