@@ -140,3 +140,11 @@ def test_the_unit_tests_catch_a_held_idle_alert_on_a_servers_gpu(tmp_path):
                             "\n            unless on (instance, gpu, UUID) mlcost_gpu_held_idle\n",
                             "\n")
     assert 'UUID="GPU-b1"' in said  # the server's GPU alerted
+
+def test_the_unit_tests_catch_a_lost_gpu_alert_that_a_flapping_gpu_resets(tmp_path):
+    """Probe 156 F2: `mlcost_gpu_up == 0` for 5m never fired for a GPU whose reads time out on
+    every other tick: each answer restarted the `for`."""
+    said = alert_tests_with(tmp_path, "a GPU down on half its scrapes",
+                            "expr: 1 - avg_over_time(mlcost_gpu_up[5m]) > 0.1",
+                            "expr: mlcost_gpu_up == 0")
+    assert 'UUID="GPU-b3"' in said
