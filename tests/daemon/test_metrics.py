@@ -612,6 +612,13 @@ def test_cost_per_request_stands_beside_the_latency_quantiles():
                  for s in samples(text, "mlcost_latency_seconds")}
     assert quantiles == {("chat", "0.5"): 0.1, ("chat", "0.99"): 2.0,
                          ("process #2", "0.5"): 0.2, ("process #2", "0.99"): 0.9}
+    # Probe 156 F4: as a gauge, the quantile label failed README's promtool check on every
+    # host with a [[cost.latency]] target: "non-summary metrics should not have quantile label"
+    assert "# TYPE mlcost_latency_seconds summary\n" in text
+    checked = promtool_check(text)
+    problems = [p for p in (checked.stdout + checked.stderr).strip().splitlines()
+                if "label names should be written in 'snake_case'" not in p]
+    assert checked.returncode in (0, 3) and not problems, problems
 
 
 # -- the daemon's own idleness verdict (GET /v1/idle) on /metrics ------------------------------
