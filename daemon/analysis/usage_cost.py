@@ -96,7 +96,9 @@ def _holder(owner: Mapping[str, str], sole: Allocation | None) -> Allocation:
 def split_gpu_cost(now: Host, allocations: Mapping[str, Sequence[Allocation]]) -> list[CostPart]:
     """Every GPU's price split into parts (see the module's docstring); `allocations` is the
     kubelet's {GPU UUID: [allocations]} (empty outside Kubernetes). Parts of the same GPU,
-    usage and holder are merged; used parts of zero dollars are left out."""
+    usage and holder are merged. Every process on a GPU has a used part, and every holder its
+    idle part, of zero dollars too: a holder's series read 0 while it does not compute (or
+    computes the whole GPU), rather than coming and going (probe 156 F6)."""
     parts: dict[tuple[int, str, Allocation], float] = {}
     uuids: dict[int, str] = {}
 
@@ -125,8 +127,7 @@ def split_gpu_cost(now: Host, allocations: Mapping[str, Sequence[Allocation]]) -
         scale = 100.0 / max(math.fsum(sm), 100.0)
         used = [price * s * scale / 100.0 for s in sm]
         for (proc, _), dollars in zip(users, used, strict=True):
-            if dollars > 0:
-                add(gpu.index, USED, _holder(proc.owner, sole), dollars)
+            add(gpu.index, USED, _holder(proc.owner, sole), dollars)
         rest = max(price - math.fsum(used), 0.0)
         memory = [float(max(share.memory_bytes or 0, 0)) if share is not None else 0.0
                   for _, share in users]
@@ -139,7 +140,7 @@ def split_gpu_cost(now: Host, allocations: Mapping[str, Sequence[Allocation]]) -
             holders = [(_holder(proc.owner, sole), 1.0) for proc, _ in users]
         weight = math.fsum(w for _, w in holders)
         for holder, w in holders:
-            if w > 0 and (rest > 0 or price == 0):
+            if w > 0:
                 add(gpu.index, IDLE, holder, rest * w / weight)
     # GPUs the price counts that NVML does not list: held by no one, their price unallocated
     unseen, unseen_per_hour = now.unseen_gpus, now.unseen_per_hour

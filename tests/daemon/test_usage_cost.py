@@ -104,13 +104,23 @@ def test_sm_shares_past_100_percent_are_scaled_so_used_never_exceeds_the_price()
     processes = [proc(1, [(0, 1 << 30, 90.0)], ML), proc(2, [(0, 1 << 30, 60.0)], WEB)]
     parts = split_gpu_cost(now([gpu(0)], processes), {})
     assert by_part(parts) == pytest.approx({(0, USED, ML): PRICE * 0.6,
-                                            (0, USED, WEB): PRICE * 0.4})
+                                            (0, USED, WEB): PRICE * 0.4,
+                                            (0, IDLE, ML): 0.0, (0, IDLE, WEB): 0.0})
 
 
 def test_a_lost_gpu_does_no_work_its_holder_holds_it_idle():
     parts = split_gpu_cost(now([gpu(0, status="lost")], [proc(1, [(0, 1 << 30, 80.0)], ML)]),
                            {})
-    assert by_part(parts) == {(0, IDLE, ML): PRICE}
+    assert by_part(parts) == {(0, IDLE, ML): PRICE, (0, USED, ML): 0.0}
+
+
+def test_a_holders_used_series_reads_0_while_it_does_not_compute_instead_of_going():
+    """Probe 156 F6: `usage="used"` of a checkpointing job's GPU came and went with its SM
+    share (a part of $0 was left out), so a per-pod used $/h graph had holes, not zeros."""
+    fake = FakeDaemon([proc(1, [(0, 1 << 30, 0.0)], ML)], 1, {"GPU-0": [ML]})
+    text = Metrics(fake).render().decode()
+    usage = {s.labels["usage"]: s.value for s in samples(text, "mlcost_gpu_usage_hourly_cost")}
+    assert usage == {USED: 0.0, IDLE: PRICE}
 
 
 def test_a_process_outside_any_pod_is_charged_with_no_pod_labels():

@@ -217,7 +217,9 @@ def test_per_namespace_used_idle_and_unallocated_gpu_cost_sum_to_each_node_gpu_c
                  explain=lambda: f"{split()}\n{fleet.explain()}")
     notebook, empty, training = (found[fleet.instances[n]]
                                  for n in ("notebook", "empty", "training"))
-    assert set(notebook) == {("research", "idle")}  # held, its SMs quiet
+    # held, its SMs quiet: its used series reads 0 (probe 156 F6: it came and went)
+    assert notebook.get(("research", "used")) == 0
+    assert set(notebook) == {("research", "idle"), ("research", "used")}
     assert set(training) <= {("ml", "used"), ("ml", "idle")}
     gpu = prices[fleet.instances["empty"]] / 4  # time-sliced GPU 0: half each, held idle
     assert empty == pytest.approx({("ml", "idle"): gpu / 2, ("research", "idle"): gpu / 2,
