@@ -250,3 +250,40 @@ def test_the_usage_split_and_the_node_gpus_count_the_gpus_nvml_does_not_list():
     assert all(s.labels["usage"] == UNALLOCATED for s in usage if "UUID" not in s.labels)
     [gauge] = samples(text, "mlcost_unseen_gpus")
     assert (gauge.labels, gauge.value) == ({"Hostname": "node-a"}, 4.0)
+
+
+class UnreadDaemon(FakeDaemon):
+    """A p4d whose NVML lists no GPU (not started: the driver missing): the burn charges its
+    whole price as 8 GPUs with no reading (`unread_gpus`)."""
+
+    def now(self) -> dict[str, Any]:
+        document = super().now()
+        document["price"] = {"per_hour": PRICE * 8, "gpu_count": 8}
+        document["burn"] = {"total_per_hour": PRICE * 8, "idle_per_hour": PRICE * 8,
+                            "price_per_gpu": PRICE, "unread_gpus": 8}
+        return document
+
+
+def test_a_host_nvml_lists_no_gpu_of_has_its_whole_price_unallocated():
+    text = Metrics(UnreadDaemon([], 0, {})).render().decode()
+    [hourly] = samples(text, "mlcost_node_gpu_hourly_cost")
+    [count] = samples(text, "mlcost_node_gpus")
+    assert (hourly.value, count.value) == (PRICE, 8.0)
+    usage = samples(text, "mlcost_gpu_usage_hourly_cost")
+    assert math.fsum(s.value for s in usage) == pytest.approx(8 * PRICE)
+    assert {s.labels["usage"] for s in usage} == {UNALLOCATED}
+    [gauge] = samples(text, "mlcost_unseen_gpus")
+    assert gauge.value == 8.0
+
+
+def test_the_live_state_counts_the_burns_unseen_and_unread_gpus_at_its_price_per_gpu():
+    from types import SimpleNamespace
+
+    from daemon.analysis.cost import HostPrice, unread_burn
+    from daemon.api.metrics_state import _unseen
+
+    price = HostPrice(PRICE * 8, 8, "on-demand", "p4d.24xlarge", "aws", "us-east-1", "test",
+                      None)
+    unread = unread_burn(SimpleNamespace(ts=1.0), price, 8)  # type: ignore[arg-type]
+    assert _unseen(unread) == {"unseen_gpus": 8, "unseen_per_hour": PRICE * 8}
+    assert _unseen(None) == {}
