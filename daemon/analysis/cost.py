@@ -302,11 +302,21 @@ def unseen_warning(price: HostPrice, unseen: int, per_hour: float) -> str:
             "if the type is wrong)")
 
 
+def unseen_gpus(price: HostPrice | None, seen: int) -> int:
+    """How many GPUs the price counts that NVML does not list, of a host it lists `seen` of:
+    the one definition `burn`, the report (`unseen_json`) and /metrics' usage split
+    (daemon.analysis.usage_cost, through `Burn.unseen_gpus`) charge them by. Each costs the
+    price per GPU, as idle burn held by no process, wasted whole. 0 without a price, and with
+    no GPU listed (that tick charges the whole price as `unread_gpus`)."""
+    if price is None or price.per_hour <= 0 or not price.gpu_count > seen > 0:
+        return 0
+    return price.gpu_count - seen
+
+
 def unseen_json(price: HostPrice | None, seen: int) -> dict[str, Any]:
     """A window's `unseen_gpus`, `unseen_per_hour` and `warning` (the report's burn) for a host
     whose GPUs NVML listed `seen` of: as `burn` charges them."""
-    unseen = (price.gpu_count - seen if price is not None and price.per_hour > 0
-              and price.gpu_count > seen > 0 else 0)
+    unseen = unseen_gpus(price, seen)
     per_hour = price.per_gpu * unseen if price is not None else 0.0
     return {"unseen_gpus": unseen, "unseen_per_hour": per_hour,
             "warning": unseen_warning(price, unseen, per_hour) if price is not None else ""}
@@ -457,8 +467,7 @@ def burn(sample: Sample, price: HostPrice, thresholds: IdleThresholds | None = N
                 own[0].per_hour if len(own) == 1 else math.fsum(s.per_hour for s in own),
                 tuple(own), proc.owner))
     # GPUs the price counts that NVML does not list: paid for, held by no process, wasted whole
-    unseen = (price.gpu_count - len(gpus)
-              if price.gpu_count > len(gpus) and price.per_hour > 0 else 0)
+    unseen = unseen_gpus(price, len(gpus))
     idle_per_hour = math.fsum(g.idle_per_hour for g in gpus)
     wasted = math.fsum(g.wasted_per_hour for g in gpus)
     if unseen:

@@ -17,6 +17,11 @@ GPU, at one tick; for every GPU the parts sum to its price:
 
 A GPU that is lost or failing does no work: its price is held idle by whoever holds it.
 
+GPUs the price counts that NVML does not list (`Host.unseen_gpus`: a p4d's 8 priced, 4 listed;
+or every GPU, while NVML reads none) are charged as the burn charges them
+(daemon.analysis.cost.unseen_gpus): each its price, unallocated, held by no one; their `gpu`
+is `unseen-1`, `unseen-2`, ... and they have no UUID. So the parts of a host sum to its burn.
+
 Who a part belongs to: a GPU the kubelet allocated to exactly one container is that container's
 (as dcgm-exporter labels a device by its pod-resources allocation); on a GPU shared between
 pods (time-slicing, MPS) or allocated to none, each process's own owner (its cgroup's pod,
@@ -43,11 +48,16 @@ NOBODY = Allocation("", "", "")  # a part no container holds (unallocated, or a 
 class CostPart:
     """One part of one GPU's hourly price: who holds it and how it is used."""
 
-    gpu_index: int
-    uuid: str
+    gpu_index: int  # NVML's index; -N for the Nth GPU NVML does not list
+    uuid: str  # "" for a GPU NVML does not list
     usage: str  # USED | IDLE | UNALLOCATED
     holder: Allocation  # namespace, pod, container; NOBODY for unallocated
     per_hour: float
+
+    @property
+    def gpu(self) -> str:
+        """The `gpu` label: NVML's index, or `unseen-N` for a GPU NVML does not list."""
+        return str(self.gpu_index) if self.gpu_index >= 0 else f"unseen-{-self.gpu_index}"
 
 
 class Holder(Protocol):
@@ -62,13 +72,18 @@ class Holder(Protocol):
 
 
 class Host(Protocol):
-    """A host at one tick: its priced GPUs and its processes (daemon.wire.Now, or /metrics'
+    """A host at one tick: its priced GPUs, its processes, and the GPUs its price counts that
+    NVML does not list with their price together (daemon.wire.Now, or /metrics'
     MetricsState)."""
 
     @property
     def gpus(self) -> Sequence[Gpu]: ...
     @property
     def processes(self) -> Sequence[Holder]: ...
+    @property
+    def unseen_gpus(self) -> int: ...
+    @property
+    def unseen_per_hour(self) -> float | None: ...
 
 
 def _holder(owner: Mapping[str, str], sole: Allocation | None) -> Allocation:
@@ -81,7 +96,9 @@ def _holder(owner: Mapping[str, str], sole: Allocation | None) -> Allocation:
 def split_gpu_cost(now: Host, allocations: Mapping[str, Sequence[Allocation]]) -> list[CostPart]:
     """Every GPU's price split into parts (see the module's docstring); `allocations` is the
     kubelet's {GPU UUID: [allocations]} (empty outside Kubernetes). Parts of the same GPU,
-    usage and holder are merged; used parts of zero dollars are left out."""
+    usage and holder are merged. Every process on a GPU has a used part, and every holder its
+    idle part, of zero dollars too: a holder's series read 0 while it does not compute (or
+    computes the whole GPU), rather than coming and going (probe 156 F6)."""
     parts: dict[tuple[int, str, Allocation], float] = {}
     uuids: dict[int, str] = {}
 
@@ -110,8 +127,7 @@ def split_gpu_cost(now: Host, allocations: Mapping[str, Sequence[Allocation]]) -
         scale = 100.0 / max(math.fsum(sm), 100.0)
         used = [price * s * scale / 100.0 for s in sm]
         for (proc, _), dollars in zip(users, used, strict=True):
-            if dollars > 0:
-                add(gpu.index, USED, _holder(proc.owner, sole), dollars)
+            add(gpu.index, USED, _holder(proc.owner, sole), dollars)
         rest = max(price - math.fsum(used), 0.0)
         memory = [float(max(share.memory_bytes or 0, 0)) if share is not None else 0.0
                   for _, share in users]
@@ -124,7 +140,13 @@ def split_gpu_cost(now: Host, allocations: Mapping[str, Sequence[Allocation]]) -
             holders = [(_holder(proc.owner, sole), 1.0) for proc, _ in users]
         weight = math.fsum(w for _, w in holders)
         for holder, w in holders:
-            if w > 0 and (rest > 0 or price == 0):
+            if w > 0:
                 add(gpu.index, IDLE, holder, rest * w / weight)
+    # GPUs the price counts that NVML does not list: held by no one, their price unallocated
+    unseen, unseen_per_hour = now.unseen_gpus, now.unseen_per_hour
+    if unseen > 0 and unseen_per_hour is not None:
+        for number in range(1, unseen + 1):
+            uuids[-number] = ""
+            add(-number, UNALLOCATED, NOBODY, unseen_per_hour / unseen)
     return [CostPart(index, uuids[index], usage, holder, dollars)
             for (index, usage, holder), dollars in parts.items()]

@@ -405,17 +405,19 @@ class DaemonCollector(Collector):
         by_workload, host_idle = meter.workloads()
         yield from energy_families(by_workload, host_idle, analyzer.grid(), hostname, bound)
 
-    def _latency(self, state: MetricsState, hostname: str) -> Iterator[Metric]:
+    def _latency(self, state: MetricsState, hostname: str) -> Iterator[Metric | Family]:
         """p50/p99 of each [[cost.latency]] histogram, and the dollars per request over the
         same requests, beside the cost. Labelled by the job it is configured for; a process
         target (PID:START) shows as `process #N` (its table's number): never a pid label."""
         meters = state.latency
         if not meters:
             return
-        family = GaugeMetricFamily("mlcost_latency_seconds", "Serving latency quantiles from "
-                                   "the server's own histogram ([[cost.latency]]), over the "
-                                   "requests between mlcostd's last two polls",
-                                   labels=["target", "quantile", "Hostname"])
+        # A summary (quantiles over a recent window, as a client library's summary gives
+        # them), with no _sum or _count: the histogram's own series hold those. As a gauge, its
+        # `quantile` label failed `promtool check metrics` (probe 156 F4).
+        family = Family("mlcost_latency_seconds", "Serving latency quantiles from the "
+                        "server's own histogram ([[cost.latency]]), over the requests between "
+                        "mlcostd's last two polls", "summary")
         per_request = GaugeMetricFamily(
             "mlcost_latency_cost_per_request_dollars", "Dollars per request of a "
             "[[cost.latency]] target: its dollars over the requests between mlcostd's last two "
@@ -427,7 +429,8 @@ class DaemonCollector(Collector):
             for quantile, key in (("0.5", "p50_seconds"), ("0.99", "p99_seconds")):
                 value = meter.get(key)
                 if isinstance(value, int | float) and not isinstance(value, bool):
-                    family.add_metric([shown, quantile, hostname], float(value))
+                    family.add((("target", shown), ("quantile", quantile),
+                                ("Hostname", hostname)), float(value))
             cost = meter.get("cost_per_request")
             if isinstance(cost, int | float) and not isinstance(cost, bool):
                 per_request.add_metric([shown, hostname], float(cost))
@@ -560,8 +563,13 @@ class DaemonCollector(Collector):
             burn_total.add(labels, t.burn_dollars, "_total")
             wasted_total.add(labels, t.wasted_dollars, "_total")
             energy.add(labels, t.energy_joules, "_total")
+        unseen = Family("mlcost_unseen_gpus", "GPUs the host's price counts that NVML does "
+                        "not list (all of them while it lists none): each billed at the GPU's "
+                        "price as idle burn and wasted, in the host's burn; no per-GPU series",
+                        "gauge")
+        unseen.add((("Hostname", hostname),), float(state.unseen_gpus))
         yield from (util, sm, used, total, power, up, busy, holders, burn, wasted, burn_total,
-                    wasted_total, energy)
+                    wasted_total, energy, unseen)
 
     # -- the daemon's idleness verdict, as GET /v1/idle gives it (daemon.api.idle_metrics) ---
 

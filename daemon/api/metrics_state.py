@@ -101,12 +101,21 @@ class MetricsState:
     latency: tuple[Mapping[str, Any], ...]  # [[cost.latency]] meters (LatencyMeter.as_dict)
     # When the daemon started (the counters count from it); None: not known (a document)
     started_at: float | None = None
+    # GPUs the price counts that NVML does not list (the burn's unseen GPUs; every GPU of the
+    # price while NVML lists none, its unread GPUs) and their $/h together, as the burn
+    # charges them: idle, held by no one (daemon.analysis.cost.unseen_gpus)
+    unseen_gpus: int = 0
+    unseen_per_hour: float | None = None
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> MetricsState:
         """From a /v1/now document, read through daemon.wire."""
         now = Now.from_dict(document)
         ledger = document.get("cost") or {}
+        burn = document.get("burn") or {}
+        unread = _number(burn.get("unread_gpus")) if isinstance(burn, Mapping) else None
+        per_gpu = _number(burn.get("price_per_gpu")) if isinstance(burn, Mapping) else None
+        unseen = now.unseen_gpus + int(unread or 0)
         return cls(
             ts=now.ts, hostname=now.hostname, host=document.get("host") or {},
             price=document.get("price") or {}, nvml_status=now.nvml_status, gpus=now.gpus,
@@ -124,7 +133,9 @@ class MetricsState:
             recommendations=tuple((r.rule, r.shown_savings_per_month)
                                   for r in now.recommendations),
             potential_savings_per_month=now.potential_savings_per_month,
-            latency=tuple(m for m in ledger.get("latency") or [] if isinstance(m, Mapping)))
+            latency=tuple(m for m in ledger.get("latency") or [] if isinstance(m, Mapping)),
+            unseen_gpus=unseen if per_gpu is not None else 0,
+            unseen_per_hour=per_gpu * unseen if per_gpu is not None and unseen else None)
 
 
 def metrics_state(*, host: Mapping[str, Any], nvml_status: str, sample: Sample | None,
@@ -201,7 +212,16 @@ def metrics_state(*, host: Mapping[str, Any], nvml_status: str, sample: Sample |
         idle_per_hour=burn.idle_per_hour if burn is not None else (
             0.0 if analyzer is not None else None),
         ledger=ledger_totals, recommendations=shown, potential_savings_per_month=potential,
-        latency=latency, started_at=started_at)
+        latency=latency, started_at=started_at, **_unseen(burn))
+
+
+def _unseen(burn: Any) -> dict[str, Any]:
+    """MetricsState's `unseen_gpus` and `unseen_per_hour` of a tick's Burn (or None): the GPUs
+    it charged without NVML listing them, at its price per GPU."""
+    count = burn.unseen_gpus + burn.unread_gpus if burn is not None else 0
+    if count <= 0:
+        return {}
+    return {"unseen_gpus": count, "unseen_per_hour": burn.price_per_gpu * count}
 
 
 def _number(value: Any) -> float | None:

@@ -8,14 +8,16 @@ exporters can be scraped by one Prometheus without a clash) and add the split by
 
 - `mlcost_node_gpu_hourly_cost{node}`: one GPU's price an hour (host price / GPU count);
 - `mlcost_node_gpus{node}`: the GPUs priced on this node (OpenCost's `node_gpu_count`; a
-  `_count` suffix belongs to histograms and summaries in Prometheus's naming);
+  `_count` suffix belongs to histograms and summaries in Prometheus's naming), those NVML
+  does not list included (`Host.unseen_gpus`, charged as the burn charges them);
 - `mlcost_container_gpu_allocation{namespace,pod,container,node}`: GPUs the kubelet allocated
   to a container; a GPU time-sliced between n containers counts 1/n to each (OpenCost counts
   it whole for every one of them);
 - `mlcost_gpu_usage_hourly_cost{node,gpu,UUID,usage,namespace,pod,container}`: each GPU's
   price an hour split into `usage` = `used` | `idle` | `unallocated`; per GPU the series sum
-  to `mlcost_node_gpu_hourly_cost`. Unallocated series (and processes outside any pod) have
-  no pod labels.
+  to `mlcost_node_gpu_hourly_cost`, and per node to `mlcost_node_gpus` x that, the host's
+  burn. Unallocated series (and processes outside any pod) have no pod labels; a GPU NVML
+  does not list is `gpu="unseen-N"`, unallocated, without a UUID.
 
 `node` is the daemon's host name (`MLCOST_HOSTNAME`, which the DaemonSet sets to the node's
 name). Label values are bounded by the workload series' caps (`[api].metrics_label_values` per
@@ -51,9 +53,13 @@ def usage_cost_families(now: Host, allocations: Mapping[str, Sequence[Allocation
                     "price / GPU count), as OpenCost's node_gpu_hourly_cost", "gauge")
     count = Family("mlcost_node_gpus", "GPUs priced on this node, as OpenCost's "
                    "node_gpu_count", "gauge")
-    if priced:
-        hourly.add((("node", node),), float(priced[0].price_per_hour or 0.0))
-        count.add((("node", node),), float(len(priced)))
+    unseen = now.unseen_gpus if now.unseen_per_hour is not None else 0
+    if priced or unseen > 0:
+        per_gpu = (priced[0].price_per_hour if priced else None)
+        if per_gpu is None:
+            per_gpu = (now.unseen_per_hour or 0.0) / unseen
+        hourly.add((("node", node),), float(per_gpu))
+        count.add((("node", node),), float(len(priced) + unseen))
     allocation = Family("mlcost_container_gpu_allocation", "GPUs the kubelet allocated to a "
                         "container; a GPU shared by n containers counts 1/n", "gauge")
     shares: dict[LabelKey, float] = {}
@@ -67,15 +73,15 @@ def usage_cost_families(now: Host, allocations: Mapping[str, Sequence[Allocation
     usage = Family("mlcost_gpu_usage_hourly_cost", "A GPU's price an hour split by use: used "
                    "(SM share), idle (held, unused) and unallocated; per GPU they sum to its "
                    "price", "gauge")
-    uuids = {g.index: g.uuid for g in now.gpus}
     labels_of: dict[Allocation, LabelKey] = {}  # each holder's labels, once a scrape
     dollars: dict[LabelKey, float] = {}
     for part in split_gpu_cost(now, allocations):
         labels = labels_of.get(part.holder)
         if labels is None:
             labels = labels_of[part.holder] = _holder_labels(part.holder, bound)
-        key = (("node", node), ("gpu", str(part.gpu_index)),
-               ("UUID", bound("UUID", uuids[part.gpu_index])), ("usage", part.usage), *labels)
+        uuid = bound("UUID", part.uuid) if part.uuid else ""
+        key = (("node", node), ("gpu", part.gpu), *((("UUID", uuid),) if uuid else ()),
+               ("usage", part.usage), *labels)
         dollars[key] = dollars.get(key, 0.0) + part.per_hour
     for key, value in dollars.items():
         usage.add(key, value)

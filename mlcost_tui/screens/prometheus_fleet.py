@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Static
 from daemon import clock as daemon_clock
 from mlcost_tui import format as fmt
 from mlcost_tui.footer import KeyFooter
-from mlcost_tui.keyed_table import Column, KeyedTable
+from mlcost_tui.keyed_table import Column, KeyedTable, fit_columns
 from mlcost_tui.layout import SCROLLBAR_COLUMNS
 from mlcost_tui.panels.fleet import FLEET_ORDER, fitted_row
 from mlcost_tui.prometheus import (
@@ -47,8 +47,9 @@ def help_about(job: str) -> str:
             "mlcost_host_info within the last hour): what it was, not what it is now. GPUs "
             f"'4{LOST_MARK}1': 4 GPUs, 1 of them lost (its mlcostd cannot read it: lost, timed "
             "out or failing, mlcost_gpu_up 0), billed all the same and never counted idle. A "
-            "narrow terminal drops the scrape target's column first (a host with no name then "
-            "shows its target in its place).")
+            "narrow terminal drops the scrape target's column first, and so does a down "
+            "host's name with its mark where both do not fit (a host with no name then shows "
+            "its target in its place).")
 
 
 def gpus_cell(host: FleetHost) -> Any:
@@ -94,13 +95,32 @@ class PrometheusFleetTable(KeyedTable):
     answered_at: str | None = None  # HH:MM:SS of the view, while Prometheus stops answering
 
     def on_resize(self) -> None:
-        if self.fit(self.size.width - SCROLLBAR_COLUMNS) and self.view is not None:
-            self.show(self.view, self.answered_at)
+        if self.view is not None:
+            self.show(self.view, self.answered_at)  # (fits the columns to the view first)
+        else:
+            self.fit(self.size.width - SCROLLBAR_COLUMNS)
+
+    def fit_view(self, view: FleetView) -> None:
+        """The columns that fit the table's width; where a down host's name and its
+        `(last seen)` mark do not fit in the host's column beside the scrape target's, the
+        target's column goes first, as it does on a narrow terminal (at 160 columns the mark
+        was cut and the target stayed: probe 156 F5)."""
+        width = self.size.width - SCROLLBAR_COLUMNS
+        if width <= 0:
+            return  # not laid out yet: on_resize fits it
+        columns = fit_columns(self.all_columns(), width)
+        need = max((len(h.hostname) + len(LAST_SEEN_MARK) for h in view.hosts
+                    if not h.up and h.last_seen and h.hostname), default=0)
+        host = next((c.width or 0 for c in columns if c.key == "host"), need)
+        if host < need and any(c.key == "instance" for c in columns):
+            columns = fit_columns([c for c in self.all_columns() if c.key != "instance"], width)
+        self.show_columns(columns)
 
     def show(self, view: FleetView, answered_at: str | None = None) -> None:
         """`answered_at`: the time of the view's answer when Prometheus has stopped answering
         since (the rows are then that answer's, and the title says so)."""
         self.view, self.answered_at = view, answered_at
+        self.fit_view(view)
         host_width = next((c.width for c in self.columns_shown if c.key == "host"), None)
         rows: list[tuple[str, tuple[Any, ...]]] = []
 

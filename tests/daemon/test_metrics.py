@@ -5,6 +5,7 @@ collector's bounded workload labels and never-decreasing counters, over a daemon
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import sqlite3
 import subprocess
@@ -611,6 +612,13 @@ def test_cost_per_request_stands_beside_the_latency_quantiles():
                  for s in samples(text, "mlcost_latency_seconds")}
     assert quantiles == {("chat", "0.5"): 0.1, ("chat", "0.99"): 2.0,
                          ("process #2", "0.5"): 0.2, ("process #2", "0.99"): 0.9}
+    # Probe 156 F4: as a gauge, the quantile label failed README's promtool check on every
+    # host with a [[cost.latency]] target: "non-summary metrics should not have quantile label"
+    assert "# TYPE mlcost_latency_seconds summary\n" in text
+    checked = promtool_check(text)
+    problems = [p for p in (checked.stdout + checked.stderr).strip().splitlines()
+                if "label names should be written in 'snake_case'" not in p]
+    assert checked.returncode in (0, 3) and not problems, problems
 
 
 # -- the daemon's own idleness verdict (GET /v1/idle) on /metrics ------------------------------
@@ -752,3 +760,30 @@ def test_phase_seconds_count_from_the_daemon_s_start_at_the_first_scrape(tmp_pat
     # the notebook (the one process) started before the first tick and lived through the last
     # one read: at least that much of its time is counted, and no more than the daemon ran
     assert (last_ms - first_ms) / 1000 <= total <= uptime + 1.0, (total, first_ms, last_ms)
+
+
+def test_the_usage_split_of_a_host_nvml_lists_half_of_sums_to_its_burn(mlcostd):
+    """Probe 156 F1: the `faults` scenario's p4d.24xlarge is priced for 8 GPUs and NVML lists 4.
+    Its burn charges the 4 unseen as idle ($7.35/h in all); the usage split, summed by node
+    (node:mlcost_gpu_hourly_cost:sum's inputs too), read half of it and mlcost_node_gpus 4."""
+    live = mlcostd("faults", interval=0.5, args=["--metrics-listen", "127.0.0.1:0"])
+    port = metrics_port(live)
+
+    def scraped() -> str | None:
+        _, _, text = fetch(f"http://127.0.0.1:{port}/metrics")
+        return text if samples(text, "mlcost_host_burn_dollars_per_hour") and samples(
+            text, "mlcost_gpu_usage_hourly_cost") else None
+
+    text = poll(scraped, 60, "a priced tick on /metrics", explain=live.log_tail)
+    [burn] = samples(text, "mlcost_host_burn_dollars_per_hour")
+    [price] = samples(text, "mlcost_host_price_dollars_per_hour")
+    [hourly] = samples(text, "mlcost_node_gpu_hourly_cost")
+    [count] = samples(text, "mlcost_node_gpus")
+    usage = samples(text, "mlcost_gpu_usage_hourly_cost")
+    listed = {s.labels["gpu"] for s in samples(text, "mlcost_gpu_up")}
+    assert burn.value == pytest.approx(price.value)
+    assert math.fsum(s.value for s in usage) == pytest.approx(burn.value)
+    assert hourly.value * count.value == pytest.approx(burn.value)
+    assert {s.labels["gpu"] for s in usage} == listed | {f"unseen-{n}" for n in range(1, 5)}
+    [unseen] = samples(text, "mlcost_unseen_gpus")
+    assert (len(listed), count.value, unseen.value) == (4, 8.0, 4.0)

@@ -104,13 +104,23 @@ def test_sm_shares_past_100_percent_are_scaled_so_used_never_exceeds_the_price()
     processes = [proc(1, [(0, 1 << 30, 90.0)], ML), proc(2, [(0, 1 << 30, 60.0)], WEB)]
     parts = split_gpu_cost(now([gpu(0)], processes), {})
     assert by_part(parts) == pytest.approx({(0, USED, ML): PRICE * 0.6,
-                                            (0, USED, WEB): PRICE * 0.4})
+                                            (0, USED, WEB): PRICE * 0.4,
+                                            (0, IDLE, ML): 0.0, (0, IDLE, WEB): 0.0})
 
 
 def test_a_lost_gpu_does_no_work_its_holder_holds_it_idle():
     parts = split_gpu_cost(now([gpu(0, status="lost")], [proc(1, [(0, 1 << 30, 80.0)], ML)]),
                            {})
-    assert by_part(parts) == {(0, IDLE, ML): PRICE}
+    assert by_part(parts) == {(0, IDLE, ML): PRICE, (0, USED, ML): 0.0}
+
+
+def test_a_holders_used_series_reads_0_while_it_does_not_compute_instead_of_going():
+    """Probe 156 F6: `usage="used"` of a checkpointing job's GPU came and went with its SM
+    share (a part of $0 was left out), so a per-pod used $/h graph had holes, not zeros."""
+    fake = FakeDaemon([proc(1, [(0, 1 << 30, 0.0)], ML)], 1, {"GPU-0": [ML]})
+    text = Metrics(fake).render().decode()
+    usage = {s.labels["usage"]: s.value for s in samples(text, "mlcost_gpu_usage_hourly_cost")}
+    assert usage == {USED: 0.0, IDLE: PRICE}
 
 
 def test_a_process_outside_any_pod_is_charged_with_no_pod_labels():
@@ -193,3 +203,87 @@ def test_pods_past_the_label_limit_fold_into_other_and_their_dollars_add_up():
             for pod in (s.labels["pod"],)}
     assert used[OTHER] == pytest.approx(2 * 0.1 * PRICE)
     assert math.fsum(s.value for s in usage) == pytest.approx(PRICE)
+
+
+# -- GPUs the price counts that NVML does not list (probe 156 F1) ----------------------------
+
+
+def now_unseen(gpus: list[dict[str, Any]], unseen: int) -> Now:
+    """A host whose price counts `unseen` GPUs more than NVML lists, as /v1/now's burn says."""
+    return Now.from_dict({"host": {"hostname": "node-a"}, "ts": 1000.0, "gpus": gpus,
+                          "processes": [], "burn": {"unseen_gpus": unseen,
+                                                    "unseen_per_hour": PRICE * unseen}})
+
+
+def test_gpus_nvml_does_not_list_are_unallocated_whole_each_under_its_own_gpu_label():
+    parts = split_gpu_cost(now_unseen([gpu(0), gpu(1)], 2), {"GPU-0": [ML]})
+    assert math.fsum(p.per_hour for p in parts) == pytest.approx(4 * PRICE)
+    unseen = sorted((p.gpu, p.uuid, p.usage, p.holder, p.per_hour) for p in parts
+                    if p.gpu_index < 0)
+    assert unseen == [("unseen-1", "", UNALLOCATED, NOBODY, PRICE),
+                      ("unseen-2", "", UNALLOCATED, NOBODY, PRICE)]
+
+
+class UnseenDaemon(FakeDaemon):
+    """A p4d priced for 8 GPUs whose NVML lists 4 (the `faults` scenario): /v1/now's burn
+    charges the 4 others as idle."""
+
+    def now(self) -> dict[str, Any]:
+        document = super().now()
+        document["price"] = {"per_hour": PRICE * 8, "gpu_count": 8}
+        document["burn"] = {"total_per_hour": PRICE * 8, "idle_per_hour": PRICE * 7,
+                            "price_per_gpu": PRICE, "unseen_gpus": 4,
+                            "unseen_per_hour": PRICE * 4}
+        return document
+
+
+def test_the_usage_split_and_the_node_gpus_count_the_gpus_nvml_does_not_list():
+    fake = UnseenDaemon([proc(1, [(0, 1 << 30, 50.0)], ML)], 4, {"GPU-0": [ML]})
+    text = Metrics(fake).render().decode()
+    [hourly] = samples(text, "mlcost_node_gpu_hourly_cost")
+    [count] = samples(text, "mlcost_node_gpus")
+    assert (hourly.value, count.value) == (PRICE, 8.0)
+    usage = samples(text, "mlcost_gpu_usage_hourly_cost")
+    assert math.fsum(s.value for s in usage) == pytest.approx(8 * PRICE)  # the host's burn
+    unseen = sorted((s.labels["gpu"], s.value) for s in usage if "UUID" not in s.labels)
+    assert unseen == [(f"unseen-{n}", PRICE) for n in range(1, 5)]
+    assert all(s.labels["usage"] == UNALLOCATED for s in usage if "UUID" not in s.labels)
+    [gauge] = samples(text, "mlcost_unseen_gpus")
+    assert (gauge.labels, gauge.value) == ({"Hostname": "node-a"}, 4.0)
+
+
+class UnreadDaemon(FakeDaemon):
+    """A p4d whose NVML lists no GPU (not started: the driver missing): the burn charges its
+    whole price as 8 GPUs with no reading (`unread_gpus`)."""
+
+    def now(self) -> dict[str, Any]:
+        document = super().now()
+        document["price"] = {"per_hour": PRICE * 8, "gpu_count": 8}
+        document["burn"] = {"total_per_hour": PRICE * 8, "idle_per_hour": PRICE * 8,
+                            "price_per_gpu": PRICE, "unread_gpus": 8}
+        return document
+
+
+def test_a_host_nvml_lists_no_gpu_of_has_its_whole_price_unallocated():
+    text = Metrics(UnreadDaemon([], 0, {})).render().decode()
+    [hourly] = samples(text, "mlcost_node_gpu_hourly_cost")
+    [count] = samples(text, "mlcost_node_gpus")
+    assert (hourly.value, count.value) == (PRICE, 8.0)
+    usage = samples(text, "mlcost_gpu_usage_hourly_cost")
+    assert math.fsum(s.value for s in usage) == pytest.approx(8 * PRICE)
+    assert {s.labels["usage"] for s in usage} == {UNALLOCATED}
+    [gauge] = samples(text, "mlcost_unseen_gpus")
+    assert gauge.value == 8.0
+
+
+def test_the_live_state_counts_the_burns_unseen_and_unread_gpus_at_its_price_per_gpu():
+    from types import SimpleNamespace
+
+    from daemon.analysis.cost import HostPrice, unread_burn
+    from daemon.api.metrics_state import _unseen
+
+    price = HostPrice(PRICE * 8, 8, "on-demand", "p4d.24xlarge", "aws", "us-east-1", "test",
+                      None)
+    unread = unread_burn(SimpleNamespace(ts=1.0), price, 8)  # type: ignore[arg-type]
+    assert _unseen(unread) == {"unseen_gpus": 8, "unseen_per_hour": PRICE * 8}
+    assert _unseen(None) == {}

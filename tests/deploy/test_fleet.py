@@ -217,7 +217,9 @@ def test_per_namespace_used_idle_and_unallocated_gpu_cost_sum_to_each_node_gpu_c
                  explain=lambda: f"{split()}\n{fleet.explain()}")
     notebook, empty, training = (found[fleet.instances[n]]
                                  for n in ("notebook", "empty", "training"))
-    assert set(notebook) == {("research", "idle")}  # held, its SMs quiet
+    # held, its SMs quiet: its used series reads 0 (probe 156 F6: it came and went)
+    assert notebook.get(("research", "used")) == 0
+    assert set(notebook) == {("research", "idle"), ("research", "used")}
     assert set(training) <= {("ml", "used"), ("ml", "idle")}
     gpu = prices[fleet.instances["empty"]] / 4  # time-sliced GPU 0: half each, held idle
     assert empty == pytest.approx({("ml", "idle"): gpu / 2, ("research", "idle"): gpu / 2,
@@ -562,6 +564,7 @@ def test_the_team_and_job_panels_follow_the_host_picker(fleet):
 
 def test_a_killed_daemon_shows_down_while_the_others_go_on(fleet):
     victim = fleet.daemons["empty"]
+    prices = {name: price_of(d) for name, d in fleet.daemons.items()}  # (before the kill)
     victim.record_tree()
     os.kill(victim.pid, signal.SIGKILL)  # a crash: no clean exit
     victim.stop(check_tree=False)  # reaps it
@@ -580,12 +583,21 @@ def test_a_killed_daemon_shows_down_while_the_others_go_on(fleet):
     poll(lambda: all(fleet.prometheus.values("mlcost_last_sample_timestamp_seconds").get(i, 0)
                      > before[i] for i in others), WAIT_S, "the others' samples going on",
          explain=fleet.explain)
-    burn = poll(lambda: fleet.prometheus.values("mlcost:fleet_burn_dollars_per_hour").get(""),
-                WAIT_S, "fleet burn")
-    expected = price_of(fleet.daemons["notebook"]) + price_of(fleet.daemons["training"])
-    poll(lambda: abs(fleet.prometheus.values("mlcost:fleet_burn_dollars_per_hour").get("", 0)
-                     - expected) < 1e-6, WAIT_S, f"fleet burn {expected} without the dead host",
-         explain=lambda: f"fleet burn {burn}")
+    # Probe 156 F3: the cloud still bills the host whose daemon died: the fleet's burn keeps it
+    # at its last price (it fell to the others' sum), and says that part and who reports.
+    fleet_rules = ("mlcost:fleet_burn_dollars_per_hour", "mlcost:fleet_unreported_dollars_per_hour",
+                   "mlcost:fleet_hosts_reporting", "mlcost:fleet_hosts")
+
+    def fleet_figures() -> list[float | None]:
+        return [fleet.prometheus.values(rule).get("") for rule in fleet_rules]
+
+    expected = [sum(prices.values()), prices["empty"], 2.0, 3.0]
+    poll(lambda: (found := fleet_figures()) and None not in found
+         and found == pytest.approx(expected, abs=1e-6), WAIT_S,
+         f"{fleet_rules} == {expected} with the dead host at its last price",
+         explain=lambda: f"{fleet_figures()}")
+    live = fleet.prometheus.values("sum(mlcost_host_burn_dollars_per_hour)").get("")
+    assert live == pytest.approx(prices["notebook"] + prices["training"])
 
 
 @pytest.mark.asyncio

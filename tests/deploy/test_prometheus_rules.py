@@ -38,7 +38,7 @@ def test_the_rules_are_valid():
     checked = promtool("check", "rules", str(RULES / "mlcost-rules.yml"),
                        str(RULES / "mlcost-alerts.yml"))
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 18 rules found" in checked.stdout
+    assert "SUCCESS: 21 rules found" in checked.stdout
     assert "SUCCESS: 11 rules found" in checked.stdout
 
 
@@ -63,8 +63,9 @@ def test_the_unit_tests_catch_a_fleet_burn_that_is_not_a_sum(tmp_path):
     copy = copy_with_one_test_group(tmp_path, "fleet burn, waste and idle are the sums")
     rules = copy / "mlcost-rules.yml"
     text = rules.read_text()
-    rules.write_text(text.replace("expr: sum(mlcost_host_burn_dollars_per_hour)\n",
-                                  "expr: max(mlcost_host_burn_dollars_per_hour)\n", 1))
+    right = "          sum(\n              mlcost_host_burn_dollars_per_hour\n"
+    assert text.count(right) == 1
+    rules.write_text(text.replace(right, right.replace("sum(", "max("), 1))
     tested = promtool("test", "rules", str(copy / "tests" / "mlcost-rules.test.yml"))
     assert tested.returncode == 1
     assert "mlcost:fleet_burn_dollars_per_hour" in tested.stdout + tested.stderr
@@ -140,3 +141,27 @@ def test_the_unit_tests_catch_a_held_idle_alert_on_a_servers_gpu(tmp_path):
                             "\n            unless on (instance, gpu, UUID) mlcost_gpu_held_idle\n",
                             "\n")
     assert 'UUID="GPU-b1"' in said  # the server's GPU alerted
+
+
+def test_the_unit_tests_catch_a_lost_gpu_alert_that_a_flapping_gpu_resets(tmp_path):
+    """Probe 156 F2: `mlcost_gpu_up == 0` for 5m never fired for a GPU whose reads time out on
+    every other tick: each answer restarted the `for`."""
+    said = alert_tests_with(tmp_path, "a GPU down on half its scrapes",
+                            "expr: 1 - avg_over_time(mlcost_gpu_up[5m]) > 0.1",
+                            "expr: mlcost_gpu_up == 0")
+    assert 'UUID="GPU-b3"' in said
+
+
+def test_the_unit_tests_catch_a_fleet_burn_that_drops_a_host_whose_daemon_is_down(tmp_path):
+    """Probe 156 F3: a kill -9 of a $32.77/h host's daemon took the fleet's $/h from 34.78 to
+    2.01 at the next scrape, while the cloud still billed the host."""
+    copy = copy_with_one_test_group(tmp_path, "a host whose daemon is down stays")
+    rules = copy / "mlcost-rules.yml"
+    text = rules.read_text()
+    start = text.index("      - record: mlcost:fleet_burn_dollars_per_hour\n")
+    end = text.index("      - record: mlcost:fleet_unreported_dollars_per_hour\n")
+    rules.write_text(text[:start] + "      - record: mlcost:fleet_burn_dollars_per_hour\n"
+                     "        expr: sum(mlcost_host_burn_dollars_per_hour)\n" + text[end:])
+    tested = promtool("test", "rules", str(copy / "tests" / "mlcost-rules.test.yml"))
+    assert tested.returncode == 1
+    assert "mlcost:fleet_burn_dollars_per_hour" in tested.stdout + tested.stderr

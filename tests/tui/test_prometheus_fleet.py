@@ -324,6 +324,32 @@ async def test_a_down_host_keeps_its_last_seen_name_cut_before_its_mark():
         assert str(row[3]) == "p4d.24xlarge"
 
 
+@pytest.mark.asyncio
+async def test_a_down_hosts_last_seen_mark_takes_the_scrape_targets_column_first():
+    """Probe 156 F5: at 160 columns a down host read `train-a…` (its mark cut) while the scrape
+    target's column, which a narrow terminal drops first, stayed. The target's column now goes
+    before the mark does, and comes back when the host is up again."""
+    from mlcost_tui.prometheus import FleetView
+    from mlcost_tui.screens.prometheus_fleet import PrometheusFleetTable
+
+    down = (FleetHost("127.0.0.1:47346", False, hostname="train-a",
+                      instance_type="p4d.24xlarge", last_seen=True),
+            FleetHost("127.0.0.1:47347", True, hostname="idle-b", gpus=1, idle_gpus=1),
+            FleetHost("127.0.0.1:47348", True, gpus=1, idle_gpus=0))  # no name: its target
+    fleet = FixedFleet(FleetView(down))
+    screen = PrometheusFleetScreen(fleet, interval_s=60)  # type: ignore[arg-type]
+    app = MlcostTop([], prometheus=screen)
+    async with app.run_test(size=(160, 40)) as pilot:
+        table = screen.query_one(PrometheusFleetTable)
+        await pilot_wait_for(pilot, lambda: table.row_count == 3, what="the three hosts")
+        row = table.get_row("127.0.0.1:47346")
+        assert str(row[0]) == "train-a (last seen)" and str(row[1]) == "down", row
+        assert "instance" not in table.shown_keys
+        assert str(table.get_row("127.0.0.1:47348")[0]) == "127.0.0.1:47348"
+        table.show(FleetView((down[1], down[2])))  # train-a gone: the target's column is back
+        assert "instance" in table.shown_keys
+
+
 def test_a_lost_gpu_is_marked_on_its_hosts_gpu_count_and_counted_in_the_header(
         mlcostd, tmp_path):
     """Probe 121 F8: a host with a GPU lost read "GPUs 4  idle GPUs 2" with no mark, while it
