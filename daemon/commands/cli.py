@@ -356,7 +356,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if own_files:
         log.info("the simulated host %s, its own, not this host's: %s", args.simulate,
                  "; ".join(own_files))
-    daemon = Daemon(config, simulate=args.simulate)
+    db_origin = ("--db" if args.db else
+                 f"[daemon].db in {given.source}" if given.daemon.db else None)
+    daemon = Daemon(config, simulate=args.simulate, db_origin=db_origin)
 
     async def main() -> int:
         tasks: list[asyncio.Task[Any]] = [asyncio.create_task(daemon.run())]
