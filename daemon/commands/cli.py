@@ -173,7 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--simulate", metavar="SCENARIO",
                        help="check against a simulated host instead of this one's NVML: a "
                             f"built-in scenario ({', '.join(builtin_scenarios())}) or a "
-                            "scenario .toml file")
+                            "scenario .toml file; with the config and the store `run "
+                            "--simulate SCENARIO` uses (without --config, daemon/sim/"
+                            "simulate.toml; without --db, the scenario's own store)")
     check.add_argument("--json", action="store_true", help="print JSON")
 
     report = sub.add_parser("report", help="what the host did over a window",
@@ -287,7 +289,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load_config(args: argparse.Namespace) -> Config:
-    config = config_module.load(args.config)
+    """The config a command runs with: --config (under --simulate without it, the simulated
+    host's own, SIMULATE_CONFIG), then --db over [daemon].db."""
+    path = args.config
+    if path is None and getattr(args, "simulate", None):
+        path = str(SIMULATE_CONFIG)  # short idle thresholds: see the file
+    config = config_module.load(path)
     if getattr(args, "db", None):
         config = config_module.with_overrides(config, "daemon", db=args.db)
     return config
@@ -310,8 +317,6 @@ def _setup_logging(level: str) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from daemon.runtime.daemon import Daemon, DaemonError
 
-    if args.simulate and args.config is None:
-        args.config = str(SIMULATE_CONFIG)  # short idle thresholds: see the file
     config = _load_config(args)
     if args.interval is not None:  # seconds, checked by interval_seconds
         config = config_module.with_overrides(config, "daemon", interval=args.interval)
@@ -330,15 +335,14 @@ def cmd_run(args: argparse.Namespace) -> int:
                 message = message.replace(f"[api].{name}", "--" + name.replace("_", "-"))
             raise ConfigError(message) from None
         config = config_module.with_overrides(config, "api", **api_flags)
-    own_files = []  # a simulated host's own store and socket where nothing else says where
-    if args.simulate and not config.daemon.db:
-        config = config_module.with_overrides(
-            config, "daemon", db=str(config_module.simulated_db_path(args.simulate)))
+    # a simulated host's own store and socket where nothing else says where (as `check` finds)
+    given = config
+    config = config_module.with_simulated_paths(config, args.simulate)
+    own_files = []
+    if config.daemon.db != given.daemon.db:
         own_files.append(f"records into {config.daemon.db} (mlcostd report --db "
                          f"{config.daemon.db})")
-    if args.simulate and not config.api.socket:
-        config = config_module.with_overrides(
-            config, "api", socket=str(config_module.simulated_socket_path(args.simulate)))
+    if config.api.socket != given.api.socket:
         own_files.append(f"serves its API on {config.api.socket} (mlcost-top --connect "
                          f"unix:{config.api.socket})")
     if args.token_file and not config.api.listen:
@@ -352,7 +356,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if own_files:
         log.info("the simulated host %s, its own, not this host's: %s", args.simulate,
                  "; ".join(own_files))
-    daemon = Daemon(config, simulate=args.simulate)
+    db_origin = ("--db" if args.db else
+                 f"[daemon].db in {given.source}" if given.daemon.db else None)
+    daemon = Daemon(config, simulate=args.simulate, db_origin=db_origin)
 
     async def main() -> int:
         tasks: list[asyncio.Task[Any]] = [asyncio.create_task(daemon.run())]
@@ -438,7 +444,8 @@ async def _watch(daemon: Any, first_after_s: float = 3.0, every_s: float = 5.0) 
 def cmd_check(args: argparse.Namespace) -> int:
     from daemon.commands import check
 
-    config = _load_config(args)
+    # under --simulate, the store `run --simulate` records into, read with the same config
+    config = config_module.with_simulated_paths(_load_config(args), args.simulate)
     running = None
     simulated = None
     if args.simulate:

@@ -39,6 +39,7 @@ from daemon.config.paths import (
     simulated_socket_path,
     snapshots_folder,
     socket_path,
+    with_simulated_paths,
 )
 from daemon.config.sections import (
     SECTIONS,
@@ -81,4 +82,5 @@ __all__ = [
     "describe_defaults", "format_duration", "from_dict", "latency_setting", "load", "parse_address",
     "parse_duration", "parse_file", "parse_s3_url", "parse_size", "price_cache_path",
     "simulated_db_path", "simulated_socket_path", "snapshots_folder", "socket_path", "unit_cost_setting", "with_overrides",
+    "with_simulated_paths",
 ]

@@ -4,8 +4,10 @@ fails at start with the file, the key, the value and what is allowed.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from daemon.config.cost_tables import check_budgets, latency_setting, unit_cost_
 from daemon.config.sections import SECTIONS, Config
 from daemon.config.values import (
     check_http_url,
+    did_you_mean,
     format_duration,
     format_size,
     parse_address,
@@ -28,6 +31,7 @@ from daemon.config.values import (
     parse_s3_url,
     parse_size,
     toml_key,
+    toml_value,
 )
 from daemon.sources.patterns import job_pattern
 from daemon.sources.redact import redact_text
@@ -71,15 +75,39 @@ def parse_file(path: Path) -> dict[str, Any]:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        raise ConfigError(f"{path}: not valid TOML: {toml_error(exc)}") from None
     return data
+
+
+# A key as tomllib's errors show it: a Python tuple of its parts, ('daemon',) or ('a', 'b c').
+_PY_KEY = re.compile(r"""\((?:'[^'\\]*'|"[^"\\]*")(?:, (?:'[^'\\]*'|"[^"\\]*"))*,?\)""")
+
+
+def toml_error(error: Exception) -> str:
+    """tomllib's message with the keys in it as TOML spells them: "Cannot declare ('daemon',)
+    twice" read as Python; "Cannot declare [daemon] twice" is what the file says (probe 155
+    L3). A table header is shown in brackets, another key as a dotted key."""
+    message = str(error)
+
+    def spelled(found: re.Match[str]) -> str:
+        try:
+            parts = ast.literal_eval(found.group(0))
+        except (ValueError, SyntaxError):
+            return found.group(0)
+        if not isinstance(parts, tuple) or not all(isinstance(p, str) for p in parts):
+            return found.group(0)
+        return ".".join(toml_key(part) for part in parts)
+
+    if message.startswith("Cannot declare "):  # a [table] or [[array]] header given twice
+        return _PY_KEY.sub(lambda found: f"[{spelled(found)}]", message, count=1)
+    return _PY_KEY.sub(spelled, message)
 
 
 
 def _shown(value: Any) -> str:
     """A refused value as an error shows it: a secret in it (a URL's user and password, a
     token in its query, s3://KEY:SECRET@...) hidden, and at most 200 characters."""
-    return redact_text(repr(value))[:200]
+    return redact_text(toml_value(value))[:200]
 
 
 def _convert(section: str, f: dataclasses.Field, value: Any, where: str) -> Any:
@@ -142,8 +170,27 @@ def _convert(section: str, f: dataclasses.Field, value: Any, where: str) -> Any:
         else:
             bounds = f"{low:g} and {high:g}{' seconds' if kind == 'duration' else ''}"
         raise ConfigError(
-            f"{where}: {key} = {value!r}: must be between {bounds} ({meta['help']})")
+            f"{where}: {key} = {_shown(value)}: must be between {bounds} ({meta['help']})")
     return result
+
+
+def _section_meant(name: str) -> str:
+    """The section a mistyped one means: [deamon] -> [daemon]."""
+    return did_you_mean(name, list(SECTIONS), lambda found: f"[{found}]")
+
+
+def _key_meant(section: str, key: str) -> str:
+    """The key a mistyped one means: a close one in its section ([daemon].log_levle ->
+    log_level), else the same key in the section that has it ([daemon].raw_retention ->
+    [store].raw_retention)."""
+    keys = [f.name for f in dataclasses.fields(SECTIONS[section])]
+    close = did_you_mean(key, keys)
+    if close:
+        return close
+    for other, cls in SECTIONS.items():
+        if other != section and key in {f.name for f in dataclasses.fields(cls)}:
+            return f" (did you mean [{other}].{key}?)"
+    return ""
 
 
 def from_dict(data: dict[str, Any], where: str = "config") -> Config:
@@ -152,17 +199,18 @@ def from_dict(data: dict[str, Any], where: str = "config") -> Config:
     for name, body in data.items():
         if name not in SECTIONS:
             raise ConfigError(
-                f"{where}: unknown section [{name}]; allowed sections: {', '.join(SECTIONS)}")
+                f"{where}: unknown section [{toml_key(name)}]{_section_meant(name)}; allowed "
+                f"sections: {', '.join(SECTIONS)}")
         if not isinstance(body, dict):
-            raise ConfigError(f"{where}: [{name}] must be a table, got {body!r}")
+            raise ConfigError(f"{where}: [{name}] must be a table, got {_shown(body)}")
         cls = SECTIONS[name]
         known = {f.name: f for f in dataclasses.fields(cls)}
         values = {}
         for key, value in body.items():
             if key not in known:
                 raise ConfigError(
-                    f"{where}: unknown key [{name}].{toml_key(key)}; allowed keys in [{name}]: "
-                    f"{', '.join(known)}")
+                    f"{where}: unknown key [{name}].{toml_key(key)}{_key_meant(name, key)}; "
+                    f"allowed keys in [{name}]: {', '.join(known)}")
             values[key] = _convert(name, known[key], value, where)
         sections[name] = cls(**values)
     config = Config(**sections, source=where)

@@ -8,7 +8,7 @@ import os
 import re
 from pathlib import Path
 
-from daemon.config.sections import Config
+from daemon.config.sections import Config, with_overrides
 from daemon.wire import default_socket_path
 
 
@@ -49,6 +49,21 @@ def simulated_socket_path(scenario: str) -> Path:
     where `mlcost-top` and `mlcostd idle` would take the simulated host for this one."""
     runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/mlcost-{os.geteuid()}"
     return Path(runtime) / "mlcost" / "simulated" / _scenario_folder(scenario) / "mlcostd.sock"
+
+
+def with_simulated_paths(config: Config, scenario: str | None) -> Config:
+    """`config` as `--simulate SCENARIO` uses it: the store and the API socket that neither the
+    config nor a flag names are the scenario's own (simulated_db_path, simulated_socket_path).
+    The one place that decides them, for `mlcostd run` and `mlcostd check` alike: check looked
+    at this host's default store while run recorded into the scenario's, and passed a damaged
+    one (probe 155 M2). No scenario: `config` as it is."""
+    if not scenario:
+        return config
+    if not config.daemon.db:
+        config = with_overrides(config, "daemon", db=str(simulated_db_path(scenario)))
+    if not config.api.socket:
+        config = with_overrides(config, "api", socket=str(simulated_socket_path(scenario)))
+    return config
 
 
 def socket_path(config: Config) -> Path:

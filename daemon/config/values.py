@@ -5,10 +5,12 @@ or check raises ValueError naming the value and the forms it accepts; the loader
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import json
 import math
 import re
+from collections.abc import Callable, Iterable
 from urllib.parse import urlsplit
 
 from daemon.sources.safe_text import without_url_credentials
@@ -47,6 +49,49 @@ def toml_key(name: str) -> str:
     return json.dumps(name)  # a JSON string is a TOML basic string (its escapes are TOML's)
 
 
+_STRING_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r",
+                   "\b": "\\b", "\f": "\\f"}
+
+
+def toml_value(value: object) -> str:
+    """`value`, as tomllib read it from a file, spelled the way TOML writes it, for an error to
+    show: `true`, not Python's `True`; `[1, 'a']`; `{ a = 1 }`; a date as ISO 8601; a string
+    as a literal string ('15x', as before) where it can be one, else a basic string with
+    escapes, so no control or invisible character reaches the terminal (probe 155 L3)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        if "'" not in value and value.isprintable():
+            return f"'{value}'"
+        return '"' + "".join(
+            _STRING_ESCAPES.get(ch) or (ch if ch.isprintable() else
+                                        f"\\u{ord(ch):04x}" if ord(ch) < 0x10000 else
+                                        f"\\U{ord(ch):08x}")
+            for ch in value) + '"'
+    if isinstance(value, int | float):
+        return repr(value)  # (inf, -inf and nan are TOML's spellings too)
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(item) for item in value) + "]"
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        return "{ " + ", ".join(f"{toml_key(str(key))} = {toml_value(item)}"
+                                for key, item in value.items()) + " }"
+    isoformat = getattr(value, "isoformat", None)  # a date, a time, a date and time
+    if callable(isoformat):
+        return str(isoformat())
+    return repr(value)
+
+
+def did_you_mean(given: str, known: Iterable[str], shown: Callable[[str], str] | None = None) -> str:
+    """" (did you mean X?)" for the known name closest to a mistyped one, as a mistyped
+    command-line option gets (probe 155 L3), `shown` spelling it; "" when none is close."""
+    close = difflib.get_close_matches(given, list(known), n=1)
+    if not close:
+        return ""
+    return f" (did you mean {shown(close[0]) if shown else close[0]}?)"
+
+
 class DurationTooLong(ValueError):
     """A duration past MAX_DURATION_S (or past what a float holds): a caller with a smaller
     range of its own says that range instead (`mlcostd idle --for`)."""
@@ -57,8 +102,9 @@ def parse_duration(value: str | int | float, *, allowed: str = POSITIVE_DURATION
     no longer than MAX_DURATION_S either way (a caller checks its own range, e.g. > 0).
     ValueError names the value and the forms (never OverflowError); a negative one says that a
     duration is `allowed` (the caller's range); one too long is a DurationTooLong."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a duration")
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        # true, [1], { a = 1 }, a date from a config file: as the file spells it
+        raise ValueError(f"{toml_value(value)[:80]} is not a duration ({DURATION_FORMS})")
     if isinstance(value, int | float):
         try:
             seconds = float(value)
@@ -134,8 +180,8 @@ def format_size(size: float) -> str:
 def parse_size(value: str | int) -> int:
     """'512MiB', '1GiB', '2GB' or a number of bytes -> bytes (a caller checks its own range).
     ValueError names the value and the forms (never OverflowError)."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a size")
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError(f"{toml_value(value)[:80]} is not a size ({SIZE_FORMS})")
     if isinstance(value, int):
         return value
     text = str(value)

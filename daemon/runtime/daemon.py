@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import logging
 import math
 import os
@@ -135,8 +136,13 @@ class Daemon:
         periodic_rules: bool = True,
         stop_on_signals: bool = True,
         out_option: str | None = None,
+        db_origin: str | None = None,
     ) -> None:
         self.config = config
+        # where the store's path came from, for a refusal to name: "--db", "[daemon].db in
+        # FILE", or None (a default): a [daemon].db from the config that was a directory was
+        # told "pass --db", a flag the operator had not used (probe 155 L4)
+        self.db_origin = db_origin
         # `mlcostd profile` names its store's folder with --out (OUT/profile.db): its refusals
         # must name that option, not --db, which it does not have
         self.out_option = out_option
@@ -226,8 +232,7 @@ class Daemon:
         from daemon.api.server import ApiError, SocketInUse
 
         if self.db.is_dir() and not self.db.is_symlink():
-            raise DaemonError(f"the database path {self.db} is a directory; pass --db with a "
-                              f"file path, e.g. --db {self.db / 'mlcost.db'}")
+            raise DaemonError(self._db_is_a_directory())
         self._check_files()
         if self.simulate:
             simulation = Simulation(self.simulate)
@@ -251,6 +256,19 @@ class Daemon:
             raise DaemonError(str(exc)) from None
         self.api = api
 
+    def _db_is_a_directory(self) -> str:
+        """The refusal of a store path that is a directory, naming where the path came from
+        and how to change it there."""
+        example = self.db / "mlcost.db"
+        origin = self.db_origin
+        if origin and origin.startswith("[daemon].db"):
+            return (f"the database path {self.db} ({origin}) is a directory; set [daemon].db "
+                    f"there to a file path, e.g. db = {json.dumps(str(example))}, or pass --db "
+                    "with one")
+        said = f" ({origin})" if origin else ""
+        return (f"the database path {self.db}{said} is a directory; pass --db with a file "
+                f"path, e.g. --db {example}")
+
     def _check_files(self) -> None:
         """Refuse, before anything is created, a state or snapshots folder another user could
         write into (group- or world-writable without the sticky bit, or not root's or ours),
@@ -262,12 +280,17 @@ class Daemon:
                 f"give {self.out_option} a folder of its own that only you (and root) can "
                 "write, or a missing one (it is created 0700)")
         else:
-            own_folder = f"e.g. --db {self.db.parent / 'mlcost' / self.db.name}"
-            db_fix = (f"pass --db with a path in a folder of its own, {own_folder} "
-                      "(mlcostd creates that folder 0700)")
+            example = self.db.parent / "mlcost" / self.db.name
+            if self.db_origin and self.db_origin.startswith("[daemon].db"):
+                elsewhere = (f"set {self.db_origin} to a path in a folder of its own, "
+                             f"e.g. db = {json.dumps(str(example))}, or pass --db "
+                             "with one")
+            else:
+                elsewhere = f"pass --db with a path in a folder of its own, e.g. --db {example}"
+            db_fix = f"{elsewhere} (mlcostd creates that folder 0700)"
             snapshots_fix = ("set [snapshots] folder to a folder of its own (mlcostd creates a "
                              "missing one 0700)" if self.config.snapshots.folder else
-                             f"pass --db with a path in a folder of its own, {own_folder}")
+                             elsewhere)
         try:
             check_folder(self.db.parent, "database folder", db_fix)
             check_folder(snapshots, "snapshots folder", snapshots_fix)

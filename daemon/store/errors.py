@@ -8,14 +8,25 @@ at open; anything else is this sample's or this fact's own and drops it (daemon.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shlex
 import sqlite3
+import stat
+import struct
+import sys
 
 # Primary SQLite result codes (extended code & 0xff).
 SQLITE_CORRUPT = 11
 SQLITE_NOTADB = 26
 SQLITE_FULL = 13
+SQLITE_PERM = 3
+SQLITE_READONLY = 8
+SQLITE_IOERR = 10
+SQLITE_CANTOPEN = 14
+# What SQLite says when the kernel refuses a write to a file it holds open: EPERM of an
+# immutable file reads as "disk I/O error" (SQLITE_IOERR_WRITE), like a failing disk.
+REFUSED_WRITE = {SQLITE_PERM, SQLITE_READONLY, SQLITE_IOERR, SQLITE_CANTOPEN}
 # Errors that say "not now" rather than "never": keep the sample and retry.
 TRANSIENT = {
     5,  # BUSY
@@ -45,6 +56,78 @@ def free_bytes(path: str) -> int | None:
     except OSError:
         return None
     return st.f_bavail * st.f_frsize
+
+
+# lsattr's flags (linux/fs.h): FS_IOC_GETFLAGS is _IOR('f', 1, long)
+_FS_IOC_GETFLAGS = (2 << 30) | (struct.calcsize("l") << 16) | (ord("f") << 8) | 1
+FS_IMMUTABLE_FL = 0x10
+FS_APPEND_FL = 0x20
+
+
+def file_attributes(path: str) -> int | None:
+    """The file's attributes as `lsattr` reads them (FS_IOC_GETFLAGS); None when there is no
+    file, it is a link, or its file system keeps none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        flags = fcntl.ioctl(fd, _FS_IOC_GETFLAGS, bytes(8))
+        return int.from_bytes(flags[:4], sys.byteorder)  # (the kernel writes an int)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def unwritable_cause(path: str) -> str | None:
+    """Why the store at `path` cannot be written, where a cheap look finds it: its file system
+    mounted read-only, the immutable or append-only attribute on the store, its -wal or -shm
+    (`chattr +i`), or a file or its folder that mlcostd's user may not write (a mode or owner
+    changed). None when none of these holds. A few stat calls: for a failed write, not each
+    tick (probe 155 L2: "disk I/O error" was all an immutable store said)."""
+    path = os.path.abspath(path)
+    folder = os.path.dirname(path)
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return (f"the file system holding {folder} is mounted read-only now (remounted: "
+                    "after disk errors the kernel does this, see `dmesg`); remount it "
+                    "read-write")
+    except OSError:
+        pass
+    files = [name for name in (path, f"{path}-wal", f"{path}-shm") if os.path.lexists(name)]
+    attributes = {name: file_attributes(name) or 0 for name in files}
+    for flag, letter, what in ((FS_IMMUTABLE_FL, "i", "immutable"),
+                               (FS_APPEND_FL, "a", "append-only")):
+        marked = [name for name in files if attributes[name] & flag]
+        if marked:
+            one = len(marked) == 1
+            return (f"{' and '.join(marked)} {'is' if one else 'are'} {what} (`lsattr` shows "
+                    f"{letter}; not even root can write {'it' if one else 'them'}): run "
+                    f"`chattr -{letter} {' '.join(shlex.quote(name) for name in marked)}`")
+    for name in [*files, folder]:
+        if os.path.lexists(name) and not os.access(name, os.W_OK):  # (gone is said elsewhere)
+            try:
+                info = os.stat(name)
+                said = f" (mode {stat.S_IMODE(info.st_mode):o}, owner uid {info.st_uid})"
+            except OSError:
+                said = ""
+            return (f"mlcostd's user (uid {os.geteuid()}) may not write {name}{said}; give it "
+                    "back write permission (chmod, chown)")
+    return None
+
+
+def refused_write_advice(path: str) -> str:
+    """What to look at when a write to the store fails with a refusal or an I/O error: the
+    cause found (unwritable_cause), else the likely ones to check."""
+    cause = unwritable_cause(path)
+    if cause is not None:
+        return cause
+    return ("if it lasts, check the store's and its folder's permissions and attributes "
+            "(`ls -l`, `lsattr`: chmod, chattr +i), whether its file system was remounted "
+            "read-only (`findmnt`), and the kernel log (`dmesg`) for a failing disk")
 
 
 def is_corruption(error: sqlite3.DatabaseError) -> bool:

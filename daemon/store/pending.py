@@ -23,7 +23,15 @@ from contextlib import AbstractContextManager
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
-from daemon.store.errors import SQLITE_FULL, TRANSIENT, error_code, free_bytes, is_corruption
+from daemon.store.errors import (
+    REFUSED_WRITE,
+    SQLITE_FULL,
+    TRANSIENT,
+    error_code,
+    free_bytes,
+    is_corruption,
+    refused_write_advice,
+)
 from daemon.store.facts import event_write
 from daemon.store.schema import TICKS_DROPPED
 
@@ -205,6 +213,9 @@ class PendingWrites:
                     f"({free_bytes(self.path)} bytes free); {waiting}; free space on that disk "
                     "and keep mlcostd running meanwhile (stopped, the ticks waiting are lost; "
                     "a lower [store].max_size needs a restart and room to delete in)")
+        elif code in REFUSED_WRITE:  # (an immutable file reads as "disk I/O error")
+            text = (f"cannot write the store {self.path}: {error}; "
+                    f"{refused_write_advice(self.path)}; {waiting}")
         else:
             text = f"cannot write the store {self.path}: {error}; {waiting}"
         self._set_problem(f"write:{code}", text)

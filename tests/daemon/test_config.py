@@ -62,6 +62,69 @@ def test_bad_config_names_key_value_and_allowed(tmp_path, text, expected):
         assert part in message
 
 
+@pytest.mark.parametrize("text, says", [
+    # a value as the file spells it, not as Python prints it (probe 155 L3)
+    ("[daemon]\ninterval = true\n", "[daemon].interval = true: true is not a duration"),
+    ("[store]\nmax_size = false\n", "[store].max_size = false: false is not a size"),
+    ("[daemon]\ninterval = [1, true]\n", "[daemon].interval = [1, true]: [1, true] is not a "
+                                         "duration"),
+    ("[store]\nmax_size = { a = true }\n", "[store].max_size = { a = true }: { a = true } is "
+                                           "not a size"),
+    ("[daemon]\ninterval = 1979-05-27\n", "[daemon].interval = 1979-05-27: 1979-05-27 is not"),
+    ("[daemon]\nlog_level = [\"info\"]\n", "[daemon].log_level = ['info']: must be a string"),
+    ("daemon = true\n", "[daemon] must be a table, got true"),
+    ("[cost.budgets.host]\ndaily = true\n", "[cost.budgets.host].daily = true: must be a number"),
+    ("[[cost.unit_costs]]\ntarget = \"x\"\nurl = \"http://h/m\"\nmetric = \"m\"\nper = true\n",
+     "per = true has the wrong type"),
+    ("[[cost.latency]]\ntarget = \"x\"\nurl = \"http://h/m\"\nmetric = \"m\"\n"
+     "labels = { a = 1 }\n", "labels = { a = 1 }: names and values must be strings"),
+    # tomllib's keys, which it shows as Python tuples
+    ("[daemon]\ninterval = 1\n[daemon]\nlog_level = \"info\"\n",
+     "not valid TOML: Cannot declare [daemon] twice (at line 3, column 8)"),
+    ("[\"a b\".c]\n[\"a b\".c]\n", "Cannot declare [\"a b\".c] twice"),
+    ("x = { a = 1 }\nx.b = 2\n", "Cannot mutate immutable namespace x (at line 2"),
+])
+def test_config_errors_show_values_and_keys_as_toml_spells_them(tmp_path, text, says):
+    """`[daemon].interval = True: True is not a duration` and `Cannot declare ('daemon',)
+    twice` were Python's spellings; the file says `true` and `[daemon]`."""
+    with pytest.raises(ConfigError) as caught:
+        config.load(write(tmp_path, text))
+    message = str(caught.value)
+    assert says in message, message
+    for python in ("True", "False", "{'", "('", "datetime"):
+        assert python not in message, message
+
+
+@pytest.mark.parametrize("text, says", [
+    ("[daemon]\nlog_levle = \"debug\"\n",
+     "unknown key [daemon].log_levle (did you mean log_level?); allowed keys in [daemon]: "),
+    ("[deamon]\ninterval = 1\n", "unknown section [deamon] (did you mean [daemon]?); allowed "
+                                 "sections: daemon, store"),
+    ("[daemon]\nraw_retention = \"1h\"\n",
+     "unknown key [daemon].raw_retention (did you mean [store].raw_retention?)"),
+    ("[cost.budgets]\nhots = {}\n", "unknown key [cost.budgets].hots (did you mean host?)"),
+    ("[cost.budgets.host]\ndayly = 5\n", "[cost.budgets.host].dayly: unknown period (did you "
+                                         "mean daily?)"),
+    ("[[cost.unit_costs]]\ntarget = \"x\"\nurl = \"http://h/m\"\nmetrik = \"m\"\n",
+     "unknown key 'metrik' (did you mean metric?)"),
+    ("[[cost.latency]]\ntarget = \"x\"\nurl = \"http://h/m\"\nlabel = {}\n",
+     "unknown key 'label' (did you mean labels?)"),
+])
+def test_a_mistyped_key_or_section_names_the_one_meant(tmp_path, text, says):
+    """As a mistyped command-line option does ("did you mean --interval?"): an unknown key
+    had only the list of allowed ones (probe 155 L3)."""
+    with pytest.raises(ConfigError) as caught:
+        config.load(write(tmp_path, text))
+    assert says in str(caught.value), str(caught.value)
+
+
+def test_an_unknown_key_close_to_none_gets_no_guess(tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        config.load(write(tmp_path, "[daemon]\nzzzq = 1\n"))
+    assert "did you mean" not in str(caught.value)
+    assert "unknown key [daemon].zzzq; allowed keys in [daemon]: interval" in str(caught.value)
+
+
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         config.load(tmp_path / "nope.toml")
@@ -146,7 +209,8 @@ metric = "vllm:generation_tokens_total"
      "mlcostd.toml: [cost.budgets.user.\"ann.lee\"].monthly = 0: must be"),
     ("[cost.budgets]\nteam = 5\n", "unknown key [cost.budgets].team; allowed: host, user"),
     ("[cost]\njobs = { \"train.py\" = \"train[\" }\n", "[cost.jobs].\"train.py\" = 'train['"),
-    ("[api]\n\"allow actions\" = true\n", "unknown key [api].\"allow actions\"; allowed"),
+    ("[api]\n\"allow actions\" = true\n",
+     "unknown key [api].\"allow actions\" (did you mean allow_actions?); allowed"),
     ("[[cost.unit_costs]]\ntarget = \"x\"\nurl = \"ftp://h\"\nmetric = \"m\"\n", "http(s) URL"),
     ("[[cost.unit_costs]]\ntarget = \"x\"\nurl = \"http://h\"\n", "metric is required"),
     ("[attribution]\nlow_sm_share = 50\nhigh_sm_share = 40\n", "high_sm_share"),

@@ -71,7 +71,8 @@ def test_a_daemon_built_from_config_applies_the_override(tmp_path):
     ('[kinds.jobs]\n"serve.py" = "servering"\n',
      "[kinds.jobs].\"serve.py\" = 'servering': not a workload kind"),
     ('[kinds]\njobs = "online_inference"\n', "[kinds].jobs = 'online_inference': must be a table"),
-    ('[kinds]\njob = {}\n', "unknown key [kinds].job; allowed keys in [kinds]: jobs"),
+    ('[kinds]\njob = {}\n',
+     "unknown key [kinds].job (did you mean jobs?); allowed keys in [kinds]: jobs"),
 ])
 def test_bad_kind_settings_fail_at_start_with_the_key_value_and_what_is_allowed(tmp_path, text,
                                                                                 expected):

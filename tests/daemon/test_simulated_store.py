@@ -6,12 +6,14 @@ the user's state and runtime folders, never this host's defaults."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import sqlite3
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import livedaemon
@@ -20,7 +22,9 @@ from lifeline import spawn_options
 from livedaemon import MLCOSTD, ROOT
 from simhost import poll
 
+from daemon.sources.sample import ProcessSample, Sample
 from daemon.store.reader import StoreReader
+from daemon.store.writer import Store
 
 
 def _run(folder: Path, *args: str, env: dict[str, str] | None = None,
@@ -182,3 +186,81 @@ def test_no_store_points_at_where_a_simulated_run_records(tmp_path, command):
                           env=env)
     assert done.returncode == 2, done.stderr
     assert f"records into {state}/mlcost/simulated/demo/mlcost.db" in done.stderr, done.stderr
+
+
+def _damaged_store(db: Path) -> Path:
+    """A store at `db` with every page past its header overwritten, as a failing disk leaves
+    it: SQLite reads "database disk image is malformed"."""
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with Store(db) as store:
+        now = time.time()
+        for tick in range(1, 40):
+            store.write(Sample(ts=now - 40 + tick, tick=tick, processes=(
+                ProcessSample(10, now - 50, 1, "alice", "python train.py"),)))
+        store.pragma("wal_checkpoint", "TRUNCATE")
+    size = db.stat().st_size
+    assert size > 4096
+    with open(db, "r+b") as damaged:
+        damaged.seek(4096)
+        damaged.write(b"\xde\xad\xbe\xef" * ((size - 4096) // 4))
+    return db
+
+
+def _check(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """`mlcostd check ARGS` with a state folder of its own; and that folder."""
+    state = tmp_path / "state"
+    env = dict(os.environ, TMPDIR=str(tmp_path), XDG_STATE_HOME=str(state),
+               HOME=str(tmp_path / "home"))
+    done = subprocess.run(MLCOSTD + ["check", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL, env=env)
+    return done, state
+
+
+def test_check_simulate_checks_the_store_run_simulate_records_into(tmp_path):
+    """`check --simulate single-gpu` checked /var/lib/mlcost/mlcost.db (this host's default,
+    absent) and said ok, while `run --simulate single-gpu` records into the scenario's own
+    store, found damaged and moved aside at its start (probe 155 M2)."""
+    db = _damaged_store(tmp_path / "state" / "mlcost" / "simulated" / "single-gpu" / "mlcost.db")
+    before = db.read_bytes()
+    done, _ = _check(tmp_path, "--simulate", "single-gpu")
+    [line] = [line for line in done.stdout.splitlines() if "database:" in line]
+    assert line.startswith(f"[FAIL] database: {db} cannot be read: the file is damaged"), (
+        done.stdout + done.stderr)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert db.read_bytes() == before  # checked, not moved aside or changed
+
+
+def test_check_simulate_finds_no_store_where_run_simulate_would_make_one(tmp_path):
+    done, state = _check(tmp_path, "--simulate", "idle-host", "--json")
+    database = next(c for c in json.loads(done.stdout) if c["name"] == "database")
+    own = state / "mlcost" / "simulated" / "idle-host" / "mlcost.db"
+    assert (database["status"], database["detail"]) == ("ok", f"{own} is writable"), database
+    assert not own.parent.exists()  # looked at, not made
+
+
+def test_run_and_check_decide_a_simulated_host_s_paths_in_one_place(monkeypatch, tmp_path):
+    """The scenario's own store and socket where neither the config nor a flag names one;
+    a path the config or a flag names stays."""
+    from daemon import config as config_module
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "rt"))
+    plain = config_module.Config()
+    assert config_module.with_simulated_paths(plain, None) is plain
+    own = config_module.with_simulated_paths(plain, "demo")
+    assert own.daemon.db == str(config_module.simulated_db_path("demo"))
+    assert own.api.socket == str(config_module.simulated_socket_path("demo"))
+    named = config_module.from_dict({"daemon": {"db": "/x/m.db"}, "api": {"socket": "/x/s"}})
+    kept = config_module.with_simulated_paths(named, "demo")
+    assert (kept.daemon.db, kept.api.socket) == ("/x/m.db", "/x/s")
+
+
+def test_check_simulate_with_db_or_config_checks_that_store(tmp_path):
+    """As `run --simulate`: --db, or [daemon].db in --config, names the store checked."""
+    db = _damaged_store(tmp_path / "named" / "m.db")
+    config = tmp_path / "c.toml"
+    config.write_text(f'[daemon]\ndb = "{db}"\n')
+    for args in (["--db", str(db)], ["--config", str(config)]):
+        done, _ = _check(tmp_path, "--simulate", "idle-host", *args)
+        assert f"[FAIL] database: {db} cannot be read: the file is damaged" in done.stdout, (
+            args, done.stdout)

@@ -139,6 +139,39 @@ def test_a_bad_setting_is_refused_before_anything_is_created(tmp_path, make_args
     assert "simulating" not in done.stderr  # and no workload was started
 
 
+def test_a_db_that_is_a_directory_names_where_its_path_came_from(tmp_path):
+    """A [daemon].db in the config that is a directory was told "pass --db with a file path",
+    a flag the operator had not used (probe 155 L4): the refusal names [daemon].db and the file,
+    or --db when that gave it."""
+    folder = tmp_path / "dbdir"
+    folder.mkdir()
+    config = tmp_path / "c.toml"
+    config.write_text(f'[daemon]\ndb = "{folder}"\n')
+    command = MLCOSTD + ["run", "--simulate", "demo", "--socket", str(tmp_path / "api/s.sock")]
+    before = files(tmp_path)
+    done = subprocess.run(command + ["--config", str(config)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+    line = assert_refused(done, f"the database path {folder} ([daemon].db in {config}) is a "
+                          "directory; set [daemon].db there to a file path, e.g. db = "
+                          f'"{folder / "mlcost.db"}"')
+    assert "pass --db with a file path" not in line, line
+    done = subprocess.run(command + ["--db", str(folder)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert_refused(done, f"the database path {folder} (--db) is a directory; pass --db with a "
+                   f"file path, e.g. --db {folder / 'mlcost.db'}")
+    assert files(tmp_path) == before
+    # a [daemon].db in a folder others can write (not sticky): the fix is said where the path was set, too
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    config.write_text(f'[daemon]\ndb = "{shared / "m.db"}"\n')
+    done = subprocess.run(command + ["--config", str(config)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert_refused(done, f"set [daemon].db in {config} to a path in a folder of its own, "
+                   f'e.g. db = "{shared / "mlcost" / "m.db"}", or pass --db with one '
+                   "(mlcostd creates that folder 0700)")
+
+
 @pytest.mark.parametrize("flag, address, says", [
     ("--metrics-listen", "1.2.3:99", "HOST '1.2.3' is not an IP address"),  # bound 1.2.0.3
     ("--listen", "127.1:0", "HOST '127.1' is not an IP address"),  # inet_aton's 127.0.0.1

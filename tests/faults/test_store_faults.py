@@ -860,6 +860,102 @@ def test_a_read_only_folder_delays_the_recreated_database_and_loses_no_tick(
     assert tick_during in recorded
 
 
+# ------------------------------ a store made unwritable under the writer: what to look at (L2)
+
+
+def _chattr(flag: str, *paths: Path) -> None:
+    done = subprocess.run(["chattr", flag, *map(str, paths)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"chattr {flag} does not work here: {done.stderr.strip()}")
+
+
+def test_a_store_made_immutable_under_the_writer_says_so_and_how_to_undo_it(
+        tmp_path: Path, caplog) -> None:
+    """`chattr +i` on a recording store logged only "cannot write the store ...: disk I/O
+    error; 1 tick waits in memory", where a full disk says to free space (probe 155 L2)."""
+    path = tmp_path / "s.db"
+    wal = Path(f"{path}-wal")
+    with Store(path) as store:
+        for tick in range(1, 4):
+            assert store.write(sample(tick))
+        assert wal.exists()
+        _chattr("+i", path, wal)
+        try:
+            with caplog.at_level(logging.ERROR, logger="daemon.store.writer"):
+                assert not store.write(sample(4))
+            problem = store.health.problem or ""
+            assert "disk I/O error" in problem, problem  # SQLite's words: kept
+            assert (f"{path} and {wal} are immutable (`lsattr` shows i; not even root can "
+                    f"write them): run `chattr -i {path} {wal}`; 1 tick waits in memory") in (
+                problem), problem
+            [said] = [r.getMessage() for r in caplog.records if "cannot write" in r.getMessage()]
+            assert said == problem
+        finally:
+            subprocess.run(["chattr", "-i", str(path), str(wal)], check=True)
+        assert store.write(sample(5))  # as it said: the waiting tick goes in with this one
+        assert store.health.problem is None
+    assert ticks(path) == [1, 2, 3, 4, 5]
+
+
+def test_an_append_only_store_file_is_named_with_its_attribute(tmp_path: Path) -> None:
+    from daemon.store.errors import unwritable_cause
+
+    path = tmp_path / "s.db"
+    path.write_bytes(b"")
+    _chattr("+a", path)
+    try:
+        assert unwritable_cause(str(path)) == (
+            f"{path} is append-only (`lsattr` shows a; not even root can write it): run "
+            f"`chattr -a {path}`")
+    finally:
+        subprocess.run(["chattr", "-a", str(path)], check=True)
+
+
+def test_a_store_on_a_file_system_mounted_read_only_is_named(tmp_path: Path) -> None:
+    """A remount read-only (what the kernel does after disk errors) under the writer."""
+    from daemon.store.errors import refused_write_advice, unwritable_cause
+
+    folder = tmp_path / "state"
+    folder.mkdir()
+    path = folder / "s.db"
+    path.write_bytes(b"")
+    assert unwritable_cause(str(path)) is None
+    with mounts.read_only(folder):
+        said = unwritable_cause(str(path))
+        assert said is not None and said.startswith(
+            f"the file system holding {folder} is mounted read-only now"), said
+        assert refused_write_advice(str(path)) == said
+
+
+def test_a_store_its_user_may_not_write_names_the_file_and_its_mode(tmp_path: Path,
+                                                                     monkeypatch) -> None:
+    """A mode or owner changed under a daemon that does not run as root. (Root writes
+    whatever the mode says, so os.access answers for that user here.)"""
+    from daemon.store import errors
+
+    path = tmp_path / "s.db"
+    path.write_bytes(b"")
+    path.chmod(0o444)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda name, mode: (
+        False if str(name) == str(path) else real_access(name, mode)))
+    said = errors.unwritable_cause(str(path))
+    assert said == (f"mlcostd's user (uid {os.geteuid()}) may not write {path} (mode 444, "
+                    f"owner uid {os.getuid()}); give it back write permission (chmod, chown)")
+
+
+def test_a_refused_write_with_no_cause_found_names_the_likely_ones(tmp_path: Path) -> None:
+    """A write refused (or a disk I/O error) where the file, its folder and its mount look
+    writable: the causes to check, not SQLite's words alone."""
+    from daemon.store.errors import refused_write_advice
+
+    path = tmp_path / "s.db"
+    path.write_bytes(b"")
+    advice = refused_write_advice(str(path))
+    for cause in ("permissions and attributes", "`lsattr`", "remounted read-only", "`dmesg`"):
+        assert cause in advice, advice
+
+
 # ------------------------------------------- a store read where it cannot be written (M3)
 
 MLCOSTD = [sys.executable, "-m", "daemon"]
