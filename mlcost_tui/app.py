@@ -761,7 +761,9 @@ class MlcostTop(App):
             here.append(("escape", "in a host's view: back to this table"))
         sections = [("Keys", here)]
         if host:
-            details = [("escape, q", "back to the main screen")]
+            details = [("escape, q", "back to the main screen"),
+                       ("w", "on a process: its whole command line (a long one shows its "
+                             "first 3 lines), again: back to them")]
             if self.replay is None:
                 details += [("a", "apply the recommendation (dry run first)"),
                             *(() if self.readonly else

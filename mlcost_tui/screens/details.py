@@ -28,7 +28,9 @@ from daemon.wire import (
     Phases,
     Process,
     Recommendation,
+    cells,
     cost_per_1k_text,
+    crop,
     phase_label,
 )
 from mlcost_tui import format as fmt
@@ -178,17 +180,34 @@ def comparison_lines(result: Comparison) -> Text:
     return text
 
 
+# Lines of the screen a process's command line takes at most until `w` shows all of it: a job
+# with 200 arguments filled ~100 lines at 80x24 and pushed its cost 4 screens down (probe 154 L2).
+COMMAND_LINES = 3
+
+
+def command_cells(screen_width: int) -> int:
+    """How many cells of a command line the heading shows at this screen width: COMMAND_LINES
+    lines of the text's width (the screen's, less its padding and scroll bar)."""
+    return COMMAND_LINES * max(screen_width - 3, 20)
+
+
 def process_heading(p: Process, gone: float | None = None,
-                    last_seen: float | None = None) -> Text:
+                    last_seen: float | None = None, cells_shown: int | None = None) -> Text:
     """`Process 1234  started …  user …` and its command line: the top of its details.
-    `gone`: the first tick it was no longer in (it exited), `last_seen` the last it was in."""
+    `gone`: the first tick it was no longer in (it exited), `last_seen` the last it was in.
+    `cells_shown`: a longer command line is cut there with `…`, and `w` shows all of it
+    (None: all of it)."""
     text = Text()
     text.append(f"Process {p.pid}", style="bold")
     if gone is not None:
         text.append("  EXITED", style="bold red")
     text.append(f"  started {local_time(p.start_time)}  user {p.user}  parent {p.ppid}"
                 + (f"  state {p.state}" if gone is None else "") + "\n", style=MUTED)
-    text.append(p.command)
+    if cells_shown is not None and cells(p.command) > cells_shown:
+        text.append(crop(p.command, cells_shown))
+        text.append(f"  (w: the whole command, {len(p.command):,} characters)", style=MUTED)
+    else:
+        text.append(p.command)
     if gone is not None:  # the figures below are its last ones: nothing of it runs now
         text.append("\n")
         if gone < p.start_time:  # a replay stepped back before it started
@@ -214,6 +233,7 @@ class DetailsScreen(Screen):
         Binding("a", "app.apply_recommendation", "Apply", id="details.apply"),
         Binding("x", "app.snooze_recommendation", "Snooze", id="details.snooze"),
         Binding("c", "compare_previous", "Compare runs", id="details.compare"),
+        Binding("w", "whole_command", "Whole command", id="details.whole_command", show=False),
     ]
     DEFAULT_CSS = """
     DetailsScreen VerticalScroll { padding: 0 1; }
@@ -251,6 +271,7 @@ class DetailsScreen(Screen):
         # what the comparison with the previous run is doing, or why there is none
         self.comparison_note = ("comparing with the previous run…" if client is not None
                                 else "run the command on the host")
+        self.whole_command = False  # `w`: the process's whole command line, not its first lines
 
     @property
     def key(self) -> str:
@@ -261,8 +282,7 @@ class DetailsScreen(Screen):
         with VerticalScroll():
             if self.process is not None:
                 # what it is about first: the SM chart came before it, its heading mid-screen
-                yield HangingStatic(HangingText(process_heading(self.process)),
-                                    id="details-heading")
+                yield HangingStatic(self.heading(), id="details-heading")
             if self.process is not None and self.client is not None:  # a replay has no history
                 yield Label("SM share over the last hour", id="sm-label")
                 yield Plot(id="sm", empty="loading the SM share history…")
@@ -393,8 +413,7 @@ class DetailsScreen(Screen):
         if gone != self.gone_at or moved:
             self.gone_at = gone
             if self.is_mounted:
-                self.query_one("#details-heading", Static).update(
-                    HangingText(process_heading(self.process, gone, self.last_seen)))
+                self.query_one("#details-heading", Static).update(self.heading())
                 self.query_one("#details-body", Static).update(self.render_hanging())
 
     def _follow_recommendation(self, now: Now) -> None:
@@ -437,7 +456,28 @@ class DetailsScreen(Screen):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # a recommendation's details offered `c` and then said it is for a process
-        return self.process is not None if action == "compare_previous" else True
+        if action in ("compare_previous", "whole_command"):
+            return self.process is not None
+        return True
+
+    def heading(self) -> HangingText:
+        """The process's heading, its command line cut to COMMAND_LINES lines of this screen's
+        width unless `w` asked for all of it."""
+        assert self.process is not None
+        width = self.size.width if self.is_mounted and self.size.width else self.app.size.width
+        return HangingText(process_heading(self.process, self.gone_at, self.last_seen,
+                                           None if self.whole_command else command_cells(width)))
+
+    def on_resize(self) -> None:
+        if self.process is not None and self.is_mounted:
+            self.query_one("#details-heading", Static).update(self.heading())
+
+    def action_whole_command(self) -> None:
+        """The whole command line in the heading, or back to its first lines."""
+        if self.process is None:
+            return
+        self.whole_command = not self.whole_command
+        self.query_one("#details-heading", Static).update(self.heading())
 
     def action_compare_previous(self) -> None:
         """Copy the compare command and show it (the screen shows the comparison itself when
