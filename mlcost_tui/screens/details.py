@@ -146,10 +146,20 @@ def compare_target(process: Process) -> str:
     return process.job or process.key
 
 
-def compare_command(process: Process) -> str:
+def compare_command(process: Process, target: str | None = None) -> str:
     """The command that compares this job's latest run with its previous one in the store (a
-    process without a job label: runs of the same command line)."""
-    return f"mlcostd compare --previous {shlex.quote(compare_target(process))}"
+    process without a job label: runs of the same command line); `target`: what the screen
+    compares (compare_target, or the process's PID:START where its job is shared)."""
+    return f"mlcostd compare --previous {shlex.quote(target or compare_target(process))}"
+
+
+def job_pids(process: Process, now: Now | None) -> tuple[int, ...]:
+    """The pids of the processes in `now` that share `process`'s job label, itself included
+    (by default the label is the script or module: two `train.py --config a|b` are one job);
+    () without a label."""
+    if process.job is None or now is None:
+        return ()
+    return tuple(sorted({q.pid for q in now.processes if q.job == process.job} | {process.pid}))
 
 
 VERDICT_STYLES = {"better": "bold green", "worse": "bold red", "mixed": "bold yellow"}
@@ -246,8 +256,10 @@ class DetailsScreen(Screen):
                  recommendation: Recommendation | None = None,
                  related: tuple[Recommendation, ...] = (), client: Client | None = None,
                  recorded_phases: Callable[[str], Phases | None] | None = None,
-                 latency: tuple[Latency, ...] = (), tick: float | None = None) -> None:
-        """`tick`: the time (ts) of the tick whose figures `process` has."""
+                 latency: tuple[Latency, ...] = (), tick: float | None = None,
+                 shared_by: tuple[int, ...] = ()) -> None:
+        """`tick`: the time (ts) of the tick whose figures `process` has. `shared_by`: the pids
+        of the processes of its job now (job_pids)."""
         super().__init__()
         self.client = client
         self.latency = latency  # [[cost.latency]] of this process or its job, when opened
@@ -272,6 +284,14 @@ class DetailsScreen(Screen):
         self.comparison_note = ("comparing with the previous run…" if client is not None
                                 else "run the command on the host")
         self.whole_command = False  # `w`: the process's whole command line, not its first lines
+        # Its job's processes now (itself included): a job of several is compared as this
+        # process's own command line's runs where the store has an earlier one (probe 154 M1:
+        # two weird.py processes' figures together, $8.19/h and 50% idle, on the screen of a
+        # busy $4.10/h one, read "within noise"); else the job's, said to be theirs together.
+        self.shared_by = shared_by
+        self.fell_back = False  # its own command line had no earlier run: the job's compared
+        self.compared = (process.key if process is not None and len(shared_by) > 1
+                         else compare_target(process) if process is not None else "")
 
     @property
     def key(self) -> str:
@@ -304,7 +324,14 @@ class DetailsScreen(Screen):
         if self.process is None or self.client is None:
             return
         try:
-            result = await self.client.compare_previous(compare_target(self.process))
+            try:
+                result = await self.client.compare_previous(self.compared)
+            except ApiError as exc:
+                if exc.status != 404 or self.compared == compare_target(self.process):
+                    raise
+                # no earlier run of its own command line: its job's runs, said to be theirs
+                self.compared, self.fell_back = compare_target(self.process), True
+                result = await self.client.compare_previous(self.compared)
         except ApiError as exc:
             note = ("no earlier run of it in the store yet" if exc.status == 404 else
                     f"the daemon could not compare: {exc.message}")
@@ -400,9 +427,11 @@ class DetailsScreen(Screen):
             # share went on showing the tick the screen was opened at (a replay's steps too).
             related = tuple(r for r in now.recommendations if is_about(r, current))
             latency = now.latency_of(current)
+            shared_by = job_pids(current, now)
             moved = (current != self.process or related != self.related
-                     or latency != self.latency)
+                     or latency != self.latency or shared_by != self.shared_by)
             self.process, self.related, self.latency = current, related, latency
+            self.shared_by = shared_by
         else:
             gone = self.gone_at if self.gone_at is not None else now.ts
         stepped = (self.client is None and self.tick_shown is not None
@@ -486,10 +515,10 @@ class DetailsScreen(Screen):
             self.notify("compare is for a process: open one from the process table",
                         title="compare")
             return
-        command = compare_command(self.process)
+        command = compare_command(self.process, self.compared)
         self.app.copy_to_clipboard(command)
-        self.notify(f"{command}\n(copied) run it on the host: this job's latest run against "
-                    "its previous one, figure by figure, better / worse / within noise",
+        self.notify(f"{command}\n(copied) run it on the host: the latest run against "
+                    "the previous one, figure by figure, better / worse / within noise",
                     title="compare with the previous run", timeout=15)
 
     def render_hanging(self) -> HangingText:
@@ -535,14 +564,14 @@ class DetailsScreen(Screen):
                         f"{cost_per_1k_text(histogram.cost_per_request)}")
             text.append(f"   {histogram.metric}\n", style=MUTED)
         text.append("Compare ", style="bold")
-        text.append("with this job's previous run: ")
+        text.append(self.compare_subject(p) + ": ")
         if self.comparison is not None:
             text.append(self.comparison.verdict,
                         style=VERDICT_STYLES.get(self.comparison.verdict, "bold"))
             text.append(" (below)")
         else:
             text.append(self.comparison_note, style=MUTED)
-        text.append(f"\n  c copies: {compare_command(p)}\n\n", style=MUTED)
+        text.append(f"\n  c copies: {compare_command(p, self.compared)}\n\n", style=MUTED)
         text.append("Phase balance", style="bold")
         phases = self.phases.phases if self.phases and self.phases.phases else p.phases
         status = (self.phases.stack_status if self.phases and self.phases.stack_status
@@ -577,6 +606,22 @@ class DetailsScreen(Screen):
             text.append("\nCompared with the previous run\n", style="bold")
             text.append_text(comparison_lines(self.comparison))
         return text
+
+    def compare_subject(self, p: Process) -> str:
+        """What the Compare line compares: this job's runs, or, where its job label (by default
+        the script's name) is several processes now, this process's command line's runs, or the
+        job's, said to be all of them together and not this process alone."""
+        others = len(self.shared_by) > 1
+        if not others:
+            return "with this job's previous run"
+        pids = ", ".join(map(str, self.shared_by))
+        label = p.job  # (daemon.wire: one line, its control bytes written out)
+        if self.compared == p.key:
+            return (f"with this process's previous run (runs of its command line; job {label} "
+                    f"is {len(self.shared_by)} processes now: pids {pids})")
+        return (f"with job {label}'s previous run, its {len(self.shared_by)} processes now "
+                f"together (pids {pids}), not this process alone"
+                + (" (no earlier run of its own command line)" if self.fell_back else ""))
 
     def _recommendation_text(self, r: Recommendation) -> Text:
         text = Text()
