@@ -198,6 +198,17 @@ def read_token_file(path: str | Path) -> str:
         raise ClientError(f"the token file {path}{exc}{fix}") from None
 
 
+def simulated_scenario(socket_path: str) -> str | None:
+    """The scenario whose socket `socket_path` is, where it is where `mlcostd run --simulate
+    SCENARIO` serves by default (`…/mlcost/simulated/SCENARIO/mlcostd.sock`,
+    daemon.config.paths.simulated_socket_path); None for any other socket."""
+    path = Path(socket_path)
+    if path.name != "mlcostd.sock" or path.parent.parent.name != "simulated" or \
+            path.parent.parent.parent.name != "mlcost":
+        return None
+    return path.parent.name or None
+
+
 class Client:
     """One daemon. Each request opens its own connection; `close()` (or `async with`) is kept
     for callers and has nothing to release."""
@@ -228,6 +239,10 @@ class Client:
                 what = "a folder" if stat.S_ISDIR(mode) else "a file"
                 return (f"{self.socket_path} is {what}, not a socket: give the daemon's API "
                         "socket ([api].socket; as root /run/mlcost/mlcostd.sock)")
+            scenario = simulated_scenario(self.socket_path)
+            if scenario is not None:  # a simulated host's: `sudo mlcostd run` is this host's
+                return (f"start it with `mlcostd run --simulate {scenario}` or try "
+                        "`mlcost-top --demo`")
             return ("start it with `sudo mlcostd run` (or `mlcostd run --socket "
                     f"{self.socket_path}`) or try `mlcost-top --demo`")
         return "check that mlcostd runs there with --listen, and the address and port"

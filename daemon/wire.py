@@ -19,6 +19,7 @@ import math
 import os
 import re
 import time
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,10 +177,49 @@ def program_words(command: str) -> list[str]:
     return words
 
 
+# Characters that take no cell of their own: combining marks (the accent of `e\u0301`),
+# enclosing marks, format characters (zero-width joiner, bidi marks) and controls.
+_ZERO_WIDTH_CATEGORIES = frozenset({"Mn", "Me", "Cf", "Cc"})
+
+
+@functools.lru_cache(maxsize=4096)
+def _char_cells(char: str) -> int:
+    if char.isascii():
+        return 1 if char.isprintable() else 0
+    if unicodedata.category(char) in _ZERO_WIDTH_CATEGORIES:
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+def cells(text: str) -> int:
+    """How many terminal cells `text` takes: wide characters (CJK, most emoji) two, combining
+    marks and zero-width ones none, others one, as the terminal and mlcost-top's tables count
+    them (the standard library's Unicode tables: the daemon loads no rich). `len()` counts
+    code points: a command of CJK or emoji read shorter than it shows (probe 154 L1)."""
+    if text.isascii():
+        return sum(1 for c in text if c.isprintable()) if not text.isprintable() else len(text)
+    return sum(_char_cells(c) for c in text)
+
+
+def pad(text: str, width: int) -> str:
+    """`text` then spaces to `width` cells (str.ljust counts code points: a wide character's
+    row pushed the columns after it out of line)."""
+    return text + " " * max(width - cells(text), 0)
+
+
 def crop(text: str, width: int) -> str:
     """`text` in `width` cells, cut where the width ends with an ellipsis (a command's
-    arguments are tokens, paths and flags: part of one tells more than none of it)."""
-    return text if len(text) <= width else text[: max(width - 1, 0)] + ELLIPSIS[:width]
+    arguments are tokens, paths and flags: part of one tells more than none of it). Cells, not
+    code points: a wide character takes two, a combining mark none."""
+    if cells(text) <= width:
+        return text
+    room, used = max(width - 1, 0), 0
+    for end, char in enumerate(text):
+        size = _char_cells(char)
+        if used + size > room:
+            return text[:end] + ELLIPSIS[:width]
+        used += size
+    return text  # (not reached: the text is wider than `room`)
 
 
 def short_command(command: str, width: int = 60) -> str:
@@ -193,10 +233,10 @@ def short_command(command: str, width: int = 60) -> str:
     text = " ".join(words)
     # In a narrow column the interpreter goes (it is on every row; the module or script is
     # what differs): when it and its module would take over half the width.
-    if len(text) > width and words[0].startswith("python"):
+    if cells(text) > width and words[0].startswith("python"):
         skip = 2 if len(words) > 2 and words[1] == "-m" else \
             1 if len(words) > 1 and words[1].endswith(".py") else 0
-        if skip and len(" ".join(words[: skip + 1])) > width // 2:
+        if skip and cells(" ".join(words[: skip + 1])) > width // 2:
             text = " ".join(words[skip:])
     return crop(text, width)
 

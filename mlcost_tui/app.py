@@ -761,7 +761,9 @@ class MlcostTop(App):
             here.append(("escape", "in a host's view: back to this table"))
         sections = [("Keys", here)]
         if host:
-            details = [("escape, q", "back to the main screen")]
+            details = [("escape, q", "back to the main screen"),
+                       ("w", "on a process: its whole command line (a long one shows its "
+                             "first 3 lines), again: back to them")]
             if self.replay is None:
                 details += [("a", "apply the recommendation (dry run first)"),
                             *(() if self.readonly else
@@ -878,7 +880,7 @@ class MlcostTop(App):
     def action_details(self) -> None:
         if self.viewing is None:
             return
-        from mlcost_tui.screens.details import DetailsScreen
+        from mlcost_tui.screens.details import DetailsScreen, job_pids
 
         focused = self.focused
         if isinstance(focused, GpuPanel):
@@ -899,7 +901,8 @@ class MlcostTop(App):
                 process=process, client=self.client, related=self.recommendations_for(process),
                 recorded_phases=self.replay.phases if self.replay is not None else None,
                 latency=self.now.latency_of(process) if self.now is not None else (),
-                tick=self.now.ts if self.now is not None else None))
+                tick=self.now.ts if self.now is not None else None,
+                shared_by=job_pids(process, self.now)))
 
     @on(DataTable.RowSelected)
     def _row_selected(self, event: DataTable.RowSelected) -> None:

@@ -36,7 +36,7 @@ from daemon.analysis.kinds import (
 from daemon.sources.redact import redact_field
 from daemon.store import queries
 from daemon.store.reader import StoreReader, stored_command
-from daemon.wire import money
+from daemon.wire import cells, money, pad
 from pricing import Catalog
 from pricing.catalog import InstanceOffer
 from pricing.offer import HOURS_PER_MONTH
@@ -301,8 +301,8 @@ def render_kinds(need: Need, sections: list[dict[str, Any]], why: str) -> str:
         return f"[{footnotes.setdefault(row['price_source'], len(footnotes) + 1)}]"
 
     def table(header: list[str], body: list[list[str]]) -> list[str]:
-        widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]
-        return ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        widths = [max(cells(h), *(cells(r[i]) for r in body)) for i, h in enumerate(header)]
+        return ["  " + "  ".join(pad(c, w) for c, w in zip(row, widths, strict=True)).rstrip()
                 for row in [header, *body]]
 
     for section in sections:

@@ -56,8 +56,10 @@ from daemon.wire import (
     HIGH_CONFIDENCE,
     LOW_CONFIDENCE,
     LOW_CONFIDENCE_MARK,
+    cells,
     crop,
     money,
+    pad,
     phase_label,
     short_command,
 )
@@ -600,11 +602,13 @@ def _num(value: float | None, unit: str = "", digits: int = 0) -> str:
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+    """Columns in terminal cells (daemon.wire.cells: a user or workload of wide characters
+    pushed the columns after it out of line when they were counted in code points)."""
+    widths = [max(cells(h), *(cells(r[i]) for r in rows)) if rows else cells(h)
               for i, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
+    lines = ["  ".join(pad(h, w) for h, w in zip(header, widths, strict=True)).rstrip()]
     for row in rows:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        lines.append("  ".join(pad(c, w) for c, w in zip(row, widths, strict=True)).rstrip())
     return lines
 
 

@@ -1,9 +1,14 @@
 """The recommendations panel: one line each, biggest combined savings first.
 
-"saves/month" is each recommendation's share after the ones before it (the daemon combines
-them so that together they never claim more than the host's bill); "alone" is its figure on its
-own. "evidence" says when advice is still preliminary (rightsizing, spot and commitments need
-hours to days of observation) and when the thresholds were shortened (a simulated host).
+"saves/month" is each recommendation's share after the ones before it in the daemon's order
+(stop an idle host, release idle GPUs, shrink, the jobs, spot, commitments: the daemon combines
+them so that together they never claim more than the host's bill), and `#n` its place in that
+order, which is not the panel's: the biggest figure comes first, where the person looking for
+the money is looking, and `a` acts on it until another row is picked, so a `$10,283 #3` row's
+figure counts what `#1` and `#2`, below it, leave (probe 154 L5: "after the ones before it" read
+as the rows above it). "alone" is its figure on its own. "evidence" says when advice is still
+preliminary (rightsizing, spot and commitments need hours to days of observation) and when the
+thresholds were shortened (a simulated host).
 """
 
 from __future__ import annotations
@@ -115,6 +120,16 @@ def savings_text(rec: Recommendation) -> Text:
     return text
 
 
+def savings_cell(rec: Recommendation) -> Text:
+    """The saves/month cell: the combined figure and its place in the daemon's order (`$10,283
+    #3`: what it saves after #1 and #2, wherever they are listed), or the figure alone where the
+    daemon sent no combined one (an older daemon: its figure on its own)."""
+    text = Text(fmt.money(rec.shown_savings_per_month), style="bold green")
+    if rec.combined_savings_per_month is not None and rec.savings_order:
+        text.append(f" #{rec.savings_order}", style=MUTED)
+    return text
+
+
 class RecommendationTable(KeyedTable):
     BINDINGS = PANEL_KEYS  # tab and enter, in the footer (mlcost_tui/footer.py)
     COLUMNS = (Column("savings", "saves/month", 11), Column("alone", "alone", 9, priority=5),
@@ -209,7 +224,7 @@ class RecommendationTable(KeyedTable):
         if width and evidence.cell_len > width:
             # cut where the column ends, with `…` ('preliminary 15 min/3' read as a figure)
             evidence.truncate(width, overflow="ellipsis")
-        return {"savings": Text(fmt.money(r.shown_savings_per_month), style="bold green"),
+        return {"savings": savings_cell(r),
                 "alone": Text(alone, style=MUTED), "evidence": evidence, "rule": r.rule,
                 "summary": "\n".join(fmt.wrap(going(r) + self.text_of(r), self.summary_width,
                                                 self.row_height)),

@@ -28,7 +28,9 @@ from daemon.wire import (
     Phases,
     Process,
     Recommendation,
+    cells,
     cost_per_1k_text,
+    crop,
     phase_label,
 )
 from mlcost_tui import format as fmt
@@ -144,10 +146,20 @@ def compare_target(process: Process) -> str:
     return process.job or process.key
 
 
-def compare_command(process: Process) -> str:
+def compare_command(process: Process, target: str | None = None) -> str:
     """The command that compares this job's latest run with its previous one in the store (a
-    process without a job label: runs of the same command line)."""
-    return f"mlcostd compare --previous {shlex.quote(compare_target(process))}"
+    process without a job label: runs of the same command line); `target`: what the screen
+    compares (compare_target, or the process's PID:START where its job is shared)."""
+    return f"mlcostd compare --previous {shlex.quote(target or compare_target(process))}"
+
+
+def job_pids(process: Process, now: Now | None) -> tuple[int, ...]:
+    """The pids of the processes in `now` that share `process`'s job label, itself included
+    (by default the label is the script or module: two `train.py --config a|b` are one job);
+    () without a label."""
+    if process.job is None or now is None:
+        return ()
+    return tuple(sorted({q.pid for q in now.processes if q.job == process.job} | {process.pid}))
 
 
 VERDICT_STYLES = {"better": "bold green", "worse": "bold red", "mixed": "bold yellow"}
@@ -178,17 +190,34 @@ def comparison_lines(result: Comparison) -> Text:
     return text
 
 
+# Lines of the screen a process's command line takes at most until `w` shows all of it: a job
+# with 200 arguments filled ~100 lines at 80x24 and pushed its cost 4 screens down (probe 154 L2).
+COMMAND_LINES = 3
+
+
+def command_cells(screen_width: int) -> int:
+    """How many cells of a command line the heading shows at this screen width: COMMAND_LINES
+    lines of the text's width (the screen's, less its padding and scroll bar)."""
+    return COMMAND_LINES * max(screen_width - 3, 20)
+
+
 def process_heading(p: Process, gone: float | None = None,
-                    last_seen: float | None = None) -> Text:
+                    last_seen: float | None = None, cells_shown: int | None = None) -> Text:
     """`Process 1234  started …  user …` and its command line: the top of its details.
-    `gone`: the first tick it was no longer in (it exited), `last_seen` the last it was in."""
+    `gone`: the first tick it was no longer in (it exited), `last_seen` the last it was in.
+    `cells_shown`: a longer command line is cut there with `…`, and `w` shows all of it
+    (None: all of it)."""
     text = Text()
     text.append(f"Process {p.pid}", style="bold")
     if gone is not None:
         text.append("  EXITED", style="bold red")
     text.append(f"  started {local_time(p.start_time)}  user {p.user}  parent {p.ppid}"
                 + (f"  state {p.state}" if gone is None else "") + "\n", style=MUTED)
-    text.append(p.command)
+    if cells_shown is not None and cells(p.command) > cells_shown:
+        text.append(crop(p.command, cells_shown))
+        text.append(f"  (w: the whole command, {len(p.command):,} characters)", style=MUTED)
+    else:
+        text.append(p.command)
     if gone is not None:  # the figures below are its last ones: nothing of it runs now
         text.append("\n")
         if gone < p.start_time:  # a replay stepped back before it started
@@ -214,6 +243,7 @@ class DetailsScreen(Screen):
         Binding("a", "app.apply_recommendation", "Apply", id="details.apply"),
         Binding("x", "app.snooze_recommendation", "Snooze", id="details.snooze"),
         Binding("c", "compare_previous", "Compare runs", id="details.compare"),
+        Binding("w", "whole_command", "Whole command", id="details.whole_command", show=False),
     ]
     DEFAULT_CSS = """
     DetailsScreen VerticalScroll { padding: 0 1; }
@@ -226,8 +256,10 @@ class DetailsScreen(Screen):
                  recommendation: Recommendation | None = None,
                  related: tuple[Recommendation, ...] = (), client: Client | None = None,
                  recorded_phases: Callable[[str], Phases | None] | None = None,
-                 latency: tuple[Latency, ...] = (), tick: float | None = None) -> None:
-        """`tick`: the time (ts) of the tick whose figures `process` has."""
+                 latency: tuple[Latency, ...] = (), tick: float | None = None,
+                 shared_by: tuple[int, ...] = ()) -> None:
+        """`tick`: the time (ts) of the tick whose figures `process` has. `shared_by`: the pids
+        of the processes of its job now (job_pids)."""
         super().__init__()
         self.client = client
         self.latency = latency  # [[cost.latency]] of this process or its job, when opened
@@ -251,6 +283,15 @@ class DetailsScreen(Screen):
         # what the comparison with the previous run is doing, or why there is none
         self.comparison_note = ("comparing with the previous run…" if client is not None
                                 else "run the command on the host")
+        self.whole_command = False  # `w`: the process's whole command line, not its first lines
+        # Its job's processes now (itself included): a job of several is compared as this
+        # process's own command line's runs where the store has an earlier one (probe 154 M1:
+        # two weird.py processes' figures together, $8.19/h and 50% idle, on the screen of a
+        # busy $4.10/h one, read "within noise"); else the job's, said to be theirs together.
+        self.shared_by = shared_by
+        self.fell_back = False  # its own command line had no earlier run: the job's compared
+        self.compared = (process.key if process is not None and len(shared_by) > 1
+                         else compare_target(process) if process is not None else "")
 
     @property
     def key(self) -> str:
@@ -261,8 +302,7 @@ class DetailsScreen(Screen):
         with VerticalScroll():
             if self.process is not None:
                 # what it is about first: the SM chart came before it, its heading mid-screen
-                yield HangingStatic(HangingText(process_heading(self.process)),
-                                    id="details-heading")
+                yield HangingStatic(self.heading(), id="details-heading")
             if self.process is not None and self.client is not None:  # a replay has no history
                 yield Label("SM share over the last hour", id="sm-label")
                 yield Plot(id="sm", empty="loading the SM share history…")
@@ -284,7 +324,14 @@ class DetailsScreen(Screen):
         if self.process is None or self.client is None:
             return
         try:
-            result = await self.client.compare_previous(compare_target(self.process))
+            try:
+                result = await self.client.compare_previous(self.compared)
+            except ApiError as exc:
+                if exc.status != 404 or self.compared == compare_target(self.process):
+                    raise
+                # no earlier run of its own command line: its job's runs, said to be theirs
+                self.compared, self.fell_back = compare_target(self.process), True
+                result = await self.client.compare_previous(self.compared)
         except ApiError as exc:
             note = ("no earlier run of it in the store yet" if exc.status == 404 else
                     f"the daemon could not compare: {exc.message}")
@@ -380,9 +427,11 @@ class DetailsScreen(Screen):
             # share went on showing the tick the screen was opened at (a replay's steps too).
             related = tuple(r for r in now.recommendations if is_about(r, current))
             latency = now.latency_of(current)
+            shared_by = job_pids(current, now)
             moved = (current != self.process or related != self.related
-                     or latency != self.latency)
+                     or latency != self.latency or shared_by != self.shared_by)
             self.process, self.related, self.latency = current, related, latency
+            self.shared_by = shared_by
         else:
             gone = self.gone_at if self.gone_at is not None else now.ts
         stepped = (self.client is None and self.tick_shown is not None
@@ -393,8 +442,7 @@ class DetailsScreen(Screen):
         if gone != self.gone_at or moved:
             self.gone_at = gone
             if self.is_mounted:
-                self.query_one("#details-heading", Static).update(
-                    HangingText(process_heading(self.process, gone, self.last_seen)))
+                self.query_one("#details-heading", Static).update(self.heading())
                 self.query_one("#details-body", Static).update(self.render_hanging())
 
     def _follow_recommendation(self, now: Now) -> None:
@@ -437,7 +485,28 @@ class DetailsScreen(Screen):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # a recommendation's details offered `c` and then said it is for a process
-        return self.process is not None if action == "compare_previous" else True
+        if action in ("compare_previous", "whole_command"):
+            return self.process is not None
+        return True
+
+    def heading(self) -> HangingText:
+        """The process's heading, its command line cut to COMMAND_LINES lines of this screen's
+        width unless `w` asked for all of it."""
+        assert self.process is not None
+        width = self.size.width if self.is_mounted and self.size.width else self.app.size.width
+        return HangingText(process_heading(self.process, self.gone_at, self.last_seen,
+                                           None if self.whole_command else command_cells(width)))
+
+    def on_resize(self) -> None:
+        if self.process is not None and self.is_mounted:
+            self.query_one("#details-heading", Static).update(self.heading())
+
+    def action_whole_command(self) -> None:
+        """The whole command line in the heading, or back to its first lines."""
+        if self.process is None:
+            return
+        self.whole_command = not self.whole_command
+        self.query_one("#details-heading", Static).update(self.heading())
 
     def action_compare_previous(self) -> None:
         """Copy the compare command and show it (the screen shows the comparison itself when
@@ -446,10 +515,10 @@ class DetailsScreen(Screen):
             self.notify("compare is for a process: open one from the process table",
                         title="compare")
             return
-        command = compare_command(self.process)
+        command = compare_command(self.process, self.compared)
         self.app.copy_to_clipboard(command)
-        self.notify(f"{command}\n(copied) run it on the host: this job's latest run against "
-                    "its previous one, figure by figure, better / worse / within noise",
+        self.notify(f"{command}\n(copied) run it on the host: the latest run against "
+                    "the previous one, figure by figure, better / worse / within noise",
                     title="compare with the previous run", timeout=15)
 
     def render_hanging(self) -> HangingText:
@@ -495,14 +564,14 @@ class DetailsScreen(Screen):
                         f"{cost_per_1k_text(histogram.cost_per_request)}")
             text.append(f"   {histogram.metric}\n", style=MUTED)
         text.append("Compare ", style="bold")
-        text.append("with this job's previous run: ")
+        text.append(self.compare_subject(p) + ": ")
         if self.comparison is not None:
             text.append(self.comparison.verdict,
                         style=VERDICT_STYLES.get(self.comparison.verdict, "bold"))
             text.append(" (below)")
         else:
             text.append(self.comparison_note, style=MUTED)
-        text.append(f"\n  c copies: {compare_command(p)}\n\n", style=MUTED)
+        text.append(f"\n  c copies: {compare_command(p, self.compared)}\n\n", style=MUTED)
         text.append("Phase balance", style="bold")
         phases = self.phases.phases if self.phases and self.phases.phases else p.phases
         status = (self.phases.stack_status if self.phases and self.phases.stack_status
@@ -537,6 +606,22 @@ class DetailsScreen(Screen):
             text.append("\nCompared with the previous run\n", style="bold")
             text.append_text(comparison_lines(self.comparison))
         return text
+
+    def compare_subject(self, p: Process) -> str:
+        """What the Compare line compares: this job's runs, or, where its job label (by default
+        the script's name) is several processes now, this process's command line's runs, or the
+        job's, said to be all of them together and not this process alone."""
+        others = len(self.shared_by) > 1
+        if not others:
+            return "with this job's previous run"
+        pids = ", ".join(map(str, self.shared_by))
+        label = p.job  # (daemon.wire: one line, its control bytes written out)
+        if self.compared == p.key:
+            return (f"with this process's previous run (runs of its command line; job {label} "
+                    f"is {len(self.shared_by)} processes now: pids {pids})")
+        return (f"with job {label}'s previous run, its {len(self.shared_by)} processes now "
+                f"together (pids {pids}), not this process alone"
+                + (" (no earlier run of its own command line)" if self.fell_back else ""))
 
     def _recommendation_text(self, r: Recommendation) -> Text:
         text = Text()

@@ -82,6 +82,31 @@ def test_no_daemon_says_how_to_start_one(tmp_path):
     assert message.endswith("(no socket there)") and "Errno" not in message, message
 
 
+def test_a_simulated_hosts_socket_names_its_scenario(monkeypatch):
+    """A simulated daemon's socket (where `mlcostd run --simulate demo` serves by default) is
+    brought back by `mlcostd run --simulate demo`, not by `sudo mlcostd run`, which starts this
+    host's daemon on another socket (probe 154 L4)."""
+    import tempfile
+
+    from daemon.config.paths import simulated_socket_path
+
+    # a short folder: under xdist tmp_path's socket path passes AF_UNIX's 108 bytes
+    runtime = tempfile.TemporaryDirectory(dir="/tmp", prefix="mlc")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", runtime.name)
+    path = simulated_socket_path("data-stall")
+
+    async def ask() -> DaemonUnavailable:
+        with pytest.raises(DaemonUnavailable) as raised:
+            await Client(f"unix:{path}").health()
+        return raised.value
+
+    message = str(asyncio.run(ask()))
+    assert message.startswith(f"no mlcostd at unix:{path}: start it with "
+                              "`mlcostd run --simulate data-stall`"), message
+    assert "sudo" not in message and message.endswith("(no socket there)"), message
+    runtime.cleanup()
+
+
 def test_a_socket_nobody_listens_on_is_said_so(tmp_path):
     """A socket file left by a daemon that was killed: nothing listens there."""
     path = tmp_path / "stale.sock"

@@ -48,7 +48,7 @@ async def test_panel_and_header_show_combined_savings_and_confidence():
         await pilot.pause()
         recs = app.query_one(RecommendationTable)
         assert list(recs.recommendations) == ["rec-shrink", "rec-idle", "rec-loader"]
-        assert cell(recs, "rec-shrink", "savings") == "$14,367"
+        assert cell(recs, "rec-shrink", "savings") == "$14,367 #2"
         assert cell(recs, "rec-shrink", "alone") == "$16,265"
         # cut where its column ends, with `…` (it read 'preliminary 12 min/3', a figure)
         assert cell(recs, "rec-shrink", "evidence") == "preliminary 12 min/…"
@@ -158,3 +158,35 @@ async def test_a_narrow_row_shows_the_advice_in_its_headline(size, shows):
             assert shown.startswith("prefetch in DataLoader workers (pid 1001"), shown
         else:
             assert shown == loader["summary"], shown
+
+
+@pytest.mark.asyncio
+async def test_a_rows_figure_names_its_place_in_the_order_it_was_counted_in():
+    """The demo's panel (probe 154 L5): the shrink first, $10,283, its details "#3 in the
+    order", and the two $2,990 idle_gpu_held rows below it #1 and #2; the column was said to be
+    each row's share "after the ones before it", which read as the rows above it. The rows stay
+    biggest first (`a` acts on the top one); each figure says which place it was counted at."""
+    doc = now_document()
+    idle, loader = doc["recommendations"]
+    second = dict(idle, id="rec-idle-2", target="1002:1700000002.000",
+                  action=dict(idle["action"], pid=1002, start_time=TS + 2))
+    idle.update(combined_savings_per_month=2990.0, savings_order=1)
+    second.update(combined_savings_per_month=2990.0, savings_order=2)
+    loader.update(savings_per_month=16264.0, combined_savings_per_month=10283.0, savings_order=3)
+    doc["recommendations"].append(second)
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.post_message(SnapshotArrived((HostSnapshot("unix:/t.sock", Now.from_dict(doc),
+                                                       None, 0.01, TS),)))
+        await pilot.pause()
+        recs = app.query_one(RecommendationTable)
+        assert list(recs.recommendations) == ["rec-loader", "rec-idle", "rec-idle-2"]
+        assert [cell(recs, key, "savings") for key in recs.recommendations] == [
+            "$10,283 #3", "$2,990 #1", "$2,990 #2"]
+        # an older daemon's recommendation, without a combined figure: no place to name
+        del doc["recommendations"][0]["combined_savings_per_month"]
+        del doc["recommendations"][0]["savings_order"]
+        app.post_message(SnapshotArrived((HostSnapshot("unix:/t.sock", Now.from_dict(doc),
+                                                       None, 0.01, TS + 1),)))
+        await pilot.pause()
+        assert cell(recs, "rec-idle", "savings") == "$1,898"
