@@ -130,3 +130,38 @@ def test_fit_leaves_parts_out_whole_the_least_needed_first():
                                                   True)]
     assert fit(short, 40).plain == "burn $1.00/h (GPU 2 idle)  today $5.00"
     assert fit(short, 52).plain.endswith(" · run mlcostd prices --refresh")
+
+
+def fleet_host(name: str, spend: float, burn: float, error: str | None,
+               answered_at: float | None) -> HostSnapshot:
+    doc = now_document()
+    doc["ts"], doc["hostname"], doc["spend_today"] = TS, name, spend
+    doc["burn"]["total_per_hour"] = burn
+    doc["events"] = []
+    return HostSnapshot(f"unix:/{name}.sock", Now.from_dict(doc), error, 0.01, TS,
+                        attempt=1 if error else 0, answered_at=answered_at)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", SIZES)
+async def test_a_fleet_with_no_host_answering_says_its_figures_are_as_of(size):
+    clients = [StubClient(), StubClient()]
+    clients[0].name, clients[1].name = "unix:/a.sock", "unix:/b.sock"
+    app = MlcostTop(clients, poll=False)  # type: ignore[arg-type]
+    first, last = TS - 30, TS - 10
+    async with app.run_test(size=size) as pilot:
+        app.post_message(SnapshotArrived((
+            fleet_host("a", 0.52, 32.77, "connection refused", answered_at=last),
+            fleet_host("b", 0.32, 32.78, "connection refused", answered_at=first))))
+        await pilot.pause()
+        lines = screen_text(app)[:3]
+        assert "fleet of 2 (0 answering)" in lines[0], lines
+        said = f"today {fmt.money(0.84)} (2 hosts as of {fmt.clock_time(first)[:5]})"
+        assert said in lines[1], lines
+        # the kept rates and spend dimmed, as the panels of a host that does not answer
+        header = app.query_one(HeaderPanel).content
+        assert isinstance(header, Text)
+        burn = fmt.money(32.77 + 32.78, "/h")
+        start = header.plain.index(burn)
+        assert any(span.start <= start < span.end and "dim" in str(span.style)
+                   for span in header.spans), header.spans
