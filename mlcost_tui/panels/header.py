@@ -245,11 +245,14 @@ class HeaderPanel(Static):
                 # from then on only: counted from there, not the day's whole spend
                 since = local_time(now.spend_today_since, date=False, seconds=False)
                 spend.append(f" since {since}", style=MUTED)
+            short_spend: Text | None = None
             if kept_spend is not None:  # a fleet: hosts not answering, their last spend in it
                 count, as_of_ts = kept_spend
                 when = f" as of {fmt.clock_time(as_of_ts)[:5]}" if as_of_ts is not None else ""
+                short_spend = spend.copy()  # narrower: `(2 as of 10:14)`, the note kept
                 spend.append(f" ({fmt.plural(count, 'host')}{when})", style=WARN)
-            spend_parts: list[Part] = [Part(spend, 2)]
+                short_spend.append(f" ({count}{when})", style=WARN)
+            spend_parts: list[Part] = [Part(spend, 2, short=short_spend)]
             daily, monthly = now.host_budget("daily"), now.host_budget("monthly")
             if daily is not None:  # [cost.budgets.host] daily: how much of it is gone
                 spend_parts.append(Part(Text(f" of {fmt.money(daily.limit)} ({daily.share:.0%})",
@@ -324,7 +327,7 @@ class HeaderPanel(Static):
             else:
                 line3.append(f"  {snap.error}"[:200], style=BAD)
         elif now is not None and replay is None and now.ts is None:
-            line3.append("  waiting for the daemon's first tick: its figures are not known yet",
+            line3.append("  waiting for the daemon's first tick",
                          style=MUTED)
         elif now is not None and replay is None:
             line3.append(f"  {fmt.plural(fleet, 'daemon')}, newest tick at "

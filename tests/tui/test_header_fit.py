@@ -11,6 +11,7 @@ dimmed."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -165,3 +166,27 @@ async def test_a_fleet_with_no_host_answering_says_its_figures_are_as_of(size):
         start = header.plain.index(burn)
         assert any(span.start <= start < span.end and "dim" in str(span.style)
                    for span in header.spans), header.spans
+
+
+@pytest.mark.asyncio
+async def test_at_80_columns_a_fleet_with_no_host_answering_keeps_today_and_its_note():
+    """With an idle alert on one host the 80-column line had no room for `today $0.84 (2 hosts
+    as of …)`: it was left out whole, the note with it. Said shorter, it stays."""
+    clients = [StubClient(), StubClient()]
+    clients[0].name, clients[1].name = "unix:/a.sock", "unix:/b.sock"
+    app = MlcostTop(clients, poll=False)  # type: ignore[arg-type]
+    first, last = TS - 30, TS - 10
+    alerting = fleet_host("a", 0.52, 32.77, "connection refused", answered_at=last)
+    assert alerting.now is not None
+    alerting = dataclasses.replace(alerting, now=Now.from_dict(dict(
+        now_document(), ts=TS, hostname="a", spend_today=0.52)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.post_message(SnapshotArrived((
+            dataclasses.replace(alerting, error="connection refused", answered_at=last,
+                                attempt=1),
+            fleet_host("b", 0.32, 32.78, "connection refused", answered_at=first))))
+        await pilot.pause()
+        line = screen_text(app)[1]
+        figures_whole(line)
+        assert "idle alerts 1" in line, line
+        assert f"today {fmt.money(0.84)} (2 as of {fmt.clock_time(first)[:5]})" in line, line
