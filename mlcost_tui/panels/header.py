@@ -296,7 +296,7 @@ class HeaderPanel(Static):
             if alerts and fleet is not None and len(alert_hosts) != 1:
                 # the first alert's GPU, of no host said, read as the fleet's only one
                 warnings.append(Part(Text(f" on {fmt.plural(len(alert_hosts), 'host')}",
-                                      style=BAD), 1, False))
+                                          style=BAD), 3, True))  # as which GPU (below)
             elif alerts:
                 where = f" on {alert_hosts[0][:30]}" if fleet is not None else ""
                 detail = alerts[0].detail or target_label(alerts[0].target)

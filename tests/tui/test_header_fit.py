@@ -169,7 +169,8 @@ async def test_a_fleet_with_no_host_answering_says_its_figures_are_as_of(size):
 
 
 @pytest.mark.asyncio
-async def test_at_80_columns_a_fleet_with_no_host_answering_keeps_today_and_its_note():
+@pytest.mark.parametrize("both", [False, True], ids=["one-alerting", "both-alerting"])
+async def test_at_80_columns_a_fleet_with_no_host_answering_keeps_today_and_its_note(both):
     """With an idle alert on one host the 80-column line had no room for `today $0.84 (2 hosts
     as of …)`: it was left out whole, the note with it. Said shorter, it stays."""
     clients = [StubClient(), StubClient()]
@@ -184,9 +185,12 @@ async def test_at_80_columns_a_fleet_with_no_host_answering_keeps_today_and_its_
         app.post_message(SnapshotArrived((
             dataclasses.replace(alerting, error="connection refused", answered_at=last,
                                 attempt=1),
+            dataclasses.replace(alerting, target="unix:/b.sock", now=Now.from_dict(dict(
+                now_document(), ts=TS, hostname="b", spend_today=0.32)), answered_at=first,
+                error="connection refused", attempt=1) if both else
             fleet_host("b", 0.32, 32.78, "connection refused", answered_at=first))))
         await pilot.pause()
         line = screen_text(app)[1]
         figures_whole(line)
-        assert "idle alerts 1" in line, line
+        assert f"idle alerts {2 if both else 1}" in line, line
         assert f"today {fmt.money(0.84)} (2 as of {fmt.clock_time(first)[:5]})" in line, line
