@@ -182,7 +182,6 @@ class HeaderPanel(Static):
               kept_spend: tuple[int, float | None] | None = None) -> None:
         line1: list[Part] = []
         line2: list[Part] = []
-        line3 = Text()
         now = snap.now if snap is not None else None
         # Under WIDE columns each line says what matters first and shorter (at 80 the price,
         # its stale warning and the idle alerts went past the edge); what still does not fit
@@ -314,34 +313,40 @@ class HeaderPanel(Static):
             savings_part: list[Part] = [Part(savings, 5, short=short_savings)] if savings else []
             line2 += (warnings + spend_parts + savings_part if narrow
                       else spend_parts + savings_part + warnings)
+        # The status line: the state first, whole; then the error or the tick; the counts
+        # last, said shorter before they are left out (`7 recommenda…`, probe 154 L3).
+        line3: list[Part] = []
         if replay is not None:
-            line3.append(replay, style="bold " + WARN)
+            line3.append(Part(Text(replay, style="bold " + WARN), 0, True))
         else:
-            line3.append_text(connection_text(snap, paused, retry_s))
+            line3.append(Part(connection_text(snap, paused, retry_s), 0, True))
             problem = store_problem(now.store if now is not None else None)
             if problem:  # (a full disk, a damaged file): ticks wait in the daemon's memory
-                line3.append(f"  ⚠ store: {problem}"[:160], style="bold " + BAD)
+                line3.append(Part(Text(f"  ⚠ store: {problem}"[:160], style="bold " + BAD),
+                                  0, True))
         if snap is not None and snap.error is not None:
             if now is None:  # nothing to show yet: the error and its fix get the whole line
                 line2.append(Part(Text(snap.error[:300], style=BAD), 0, True))
             else:
-                line3.append(f"  {snap.error}"[:200], style=BAD)
+                line3.append(Part(Text(f"  {snap.error}"[:200], style=BAD), 1, True))
         elif now is not None and replay is None and now.ts is None:
-            line3.append("  waiting for the daemon's first tick",
-                         style=MUTED)
+            line3.append(Part(Text("  waiting for the daemon's first tick", style=MUTED), 1,
+                              True))
         elif now is not None and replay is None:
-            line3.append(f"  {fmt.plural(fleet, 'daemon')}, newest tick at "
-                         f"{fmt.clock_time(now.ts)}" if fleet is not None
-                         else f"  tick {now.tick} at {fmt.clock_time(now.ts)}", style=MUTED)
-            line3.append(f"  {fmt.plural(len(now.gpus), 'GPU')}, "
-                         f"{fmt.plural(len(now.processes), 'process', 'processes')}, "
-                         f"{fmt.plural(len(now.recommendations), 'recommendation')}",
-                         style=MUTED)
-        # One line each, cut at the terminal's edge (never wrapped: the status line is the
-        # third line at every width).
+            line3.append(Part(Text(f"  {fmt.plural(fleet, 'daemon')}, newest tick at "
+                                   f"{fmt.clock_time(now.ts)}" if fleet is not None
+                                   else f"  tick {now.tick} at {fmt.clock_time(now.ts)}",
+                                   style=MUTED), 1))
+            counts = (f"  {fmt.plural(len(now.gpus), 'GPU')}, "
+                      f"{fmt.plural(len(now.processes), 'process', 'processes')}")
+            line3.append(Part(
+                Text(f"{counts}, {fmt.plural(len(now.recommendations), 'recommendation')}",
+                     style=MUTED), 2, short=Text(counts, style=MUTED)))
+        # One line each, what does not fit left out whole (fit); the edge cuts only words
+        # (never wrapped: the status line is the third line at every width).
         width = self.content_size.width if self.size.width > 0 else 0
         self.update(Text("\n", no_wrap=True, overflow="ellipsis").join(
-            [fit(line1, width), fit(line2, width), line3]))
+            [fit(line1, width), fit(line2, width), fit(line3, width)]))
 
     def update(self, content: VisualType = "", *, layout: bool = False) -> None:
         """Static.update without a layout: the header is 3 lines high and as wide as the

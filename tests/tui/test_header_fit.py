@@ -194,3 +194,20 @@ async def test_at_80_columns_a_fleet_with_no_host_answering_keeps_today_and_its_
         figures_whole(line)
         assert f"idle alerts {2 if both else 1}" in line, line
         assert f"today {fmt.money(0.84)} (2 as of {fmt.clock_time(first)[:5]})" in line, line
+
+
+@pytest.mark.asyncio
+async def test_at_80_columns_the_fleet_status_line_says_its_counts_whole_or_not_at_all():
+    """'● live  2 daemons, newest tick at …  9 GPUs, 6 processes, 7 recommenda…' (seen in
+    tmux): the counts are said shorter, without the recommendations (their panel says them)."""
+    clients = [StubClient(), StubClient()]
+    clients[0].name, clients[1].name = "unix:/a.sock", "unix:/b.sock"
+    app = MlcostTop(clients, poll=False)  # type: ignore[arg-type]
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.post_message(SnapshotArrived((fleet_host("a", 0.52, 32.77, None, TS),
+                                          fleet_host("b", 0.32, 32.78, None, TS))))
+        await pilot.pause()
+        line = screen_text(app)[2]
+        assert "…" not in line, line
+        assert "2 daemons, newest tick at" in line and "8 GPUs, 8 processes" in line, line
+        assert "recommenda" not in line, line
