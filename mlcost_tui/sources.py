@@ -275,18 +275,22 @@ def fleet_header(hosts: tuple[HostSnapshot, ...]
                                 stalled=stalled), ()
         totals = fleet_totals(tuple(dataclasses.replace(h, error=None) for h in seen))
         assert totals is not None and totals.now is not None
+        # today is every host's last known spend: said "(N hosts as of ...)", as when only
+        # some hosts do not answer (it read as current, probe 154 L6)
+        kept = tuple(h for h in seen if h.now is not None and h.now.spend_today is not None)
         return dataclasses.replace(
             totals, now=dataclasses.replace(totals.now, hostname=name), error="no daemon answers",
             stalled=stalled, answered_at=max((h.answered_at for h in seen
-                                              if h.answered_at is not None), default=None)), ()
+                                              if h.answered_at is not None), default=None)), kept
 
     def total(values: Iterable[float | None]) -> float | None:
         known = [v for v in values if v is not None]
         return sum(known) if known else None
 
     nows = [h.now for h in live if h.now is not None]
-    newest = max((n.ts or 0.0) for n in nows)
-    today = utc_day(newest)
+    # None while no daemon that answers has taken its first tick (just started)
+    newest = max((n.ts for n in nows if n.ts is not None), default=None)
+    today = utc_day(newest) if newest is not None else None
     kept = tuple(h for h in hosts if h.stale and h.now is not None
                  and h.now.spend_today is not None and h.now.ts is not None
                  and utc_day(h.now.ts) == today)

@@ -386,9 +386,11 @@ class Analyzer:
                 "unseen_gpus": b.unseen_gpus, "unseen_per_hour": b.unseen_per_hour,
                 "warning": b.warning,
             } if b is not None else {
-                "total_per_hour": 0.0, "wasted_per_hour": 0.0, "idle_per_hour": 0.0,
+                # No tick priced yet (a daemon just started): the rates are unknown, not $0 (a
+                # $32.77/h host read `burn $0.00/h` until its first tick, probe 154 H1)
+                "total_per_hour": None, "wasted_per_hour": None, "idle_per_hour": None,
                 "price_per_gpu": self.price.per_gpu, "price_source": self.price.source,
-                "gpus": [], "unread_gpus": 0, "unseen_gpus": 0, "unseen_per_hour": 0.0,
+                "gpus": [], "unread_gpus": 0, "unseen_gpus": 0, "unseen_per_hour": None,
                 "warning": "",
             }),
             ledger=self.ledger.as_dict(by_process=False),

@@ -205,12 +205,11 @@ def metrics_state(*, host: Mapping[str, Any], nvml_status: str, sample: Sample |
         hostname=_line(host["hostname"]) if isinstance(host.get("hostname"), str) else "",
         host=host, price=price.as_dict() if price is not None else {},
         nvml_status=nvml_status, gpus=tuple(gpus), processes=tuple(processes),
-        burn_per_hour=burn.total_per_hour if burn is not None else (
-            0.0 if analyzer is not None else None),
-        wasted_per_hour=burn.wasted_per_hour if burn is not None else (
-            0.0 if analyzer is not None else None),
-        idle_per_hour=burn.idle_per_hour if burn is not None else (
-            0.0 if analyzer is not None else None),
+        # None until the first tick is priced: the host gauges are absent then (a gap in
+        # Prometheus), not a $0 burn of a host that is billing (probe 154 H1)
+        burn_per_hour=burn.total_per_hour if burn is not None else None,
+        wasted_per_hour=burn.wasted_per_hour if burn is not None else None,
+        idle_per_hour=burn.idle_per_hour if burn is not None else None,
         ledger=ledger_totals, recommendations=shown, potential_savings_per_month=potential,
         latency=latency, started_at=started_at, **_unseen(burn))
 

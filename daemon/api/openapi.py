@@ -119,6 +119,14 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                            "gpus": {"type": "array", "items": {"type": "object"}},
                            "processes": {"type": "array", "items": {"type": "object"}},
                            "host_usage": HOST_USAGE,
+                           "burn": {"type": "object", "description": "the host's burn now; "
+                                    "its rates are null before the daemon's first tick (not "
+                                    "known yet: never $0 for a host that bills)",
+                                    "properties": {
+                                        "total_per_hour": _NUMBER_OR_NULL,
+                                        "wasted_per_hour": _NUMBER_OR_NULL,
+                                        "idle_per_hour": _NUMBER_OR_NULL,
+                                        "price_per_gpu": _NUMBER_OR_NULL}},
                            "recommendations": {"type": "array", "items": {"type": "object"}},
                            "events": {"type": "array", "items": {"type": "object"}},
                            "spend_today": {"type": "number", "description": "the host's spend "

@@ -64,13 +64,14 @@ async def test_panel_and_header_show_combined_savings_and_confidence():
 @pytest.mark.parametrize("every, said", [(15.0, "every 15 s"), (None, "every ~30 s")])
 async def test_no_recommendation_yet_says_how_often_the_rules_look(every, said):
     """The simulated host's rules run every 15 s; the title said '~30 s' whatever the daemon
-    ran them at. A daemon that does not say (older) reads as the default."""
+    ran them at. A daemon that does not say (older) reads as the default. (At 200 columns: at
+    120 the header says `(none yet)`, the idle alert beside it whole, probe 154 L3.)"""
     doc = now_document()
     doc["recommendations"] = []
     if every is not None:
         doc["host"]["evaluate_every_s"] = every
     app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=(200, 40)) as pilot:
         app.post_message(SnapshotArrived((HostSnapshot("unix:/t.sock", Now.from_dict(doc),
                                                        None, 0.01, TS),)))
         await pilot.pause()
