@@ -634,3 +634,61 @@ def test_an_event_open_at_a_snapshots_end_is_costed_to_its_end(tmp_path):
     # a range of the live store that ended before the event's cost was written
     assert costs(tmp_path / "mlcost.db", T0 + 15) == pytest.approx(
         {"gpu:9": 0.010, "gpu:8": 0.015}, rel=1e-3)
+
+
+def _idle_host_store(folder: Path) -> Path:
+    """A store whose two recommendations (the host idle, its process holding GPU 0 idle) each
+    claim about the host's whole bill on their own, re-evaluated after T0 + 15 with a longer
+    idle and a larger figure (as the live daemon does every round)."""
+    daemon = recording_daemon(folder, 5.0, ticks=30)
+    store = daemon.store
+    assert store is not None
+    bill = 4.0 * 730  # the test host's $4/h a month (pricing.offer.HOURS_PER_MONTH)
+
+    def recs(minutes: int, share: float, end: float) -> list[dict[str, object]]:
+        return [{"id": "host_idle host", "rule": "host_idle", "target": "host",
+                 "summary": f"the whole host has been idle for at least {minutes} min: stop it",
+                 "savings_per_month": share * bill, "method": "the host's price",
+                 "evidence": {"window": {"start": T0 + 1, "end": end}}, "gpus": [0, 1]},
+                {"id": "idle_gpu_held 4242:1000.500", "rule": "idle_gpu_held",
+                 "target": "4242:1000.500",
+                 "summary": f"pid 4242 holds GPU 0 idle for at least {minutes} min",
+                 "savings_per_month": bill / 2, "method": "its GPU's price",
+                 "evidence": {"window": {"start": T0 + 1, "end": end}}, "gpus": [0]}]
+
+    facts.write_recommendations(store, recs(5, 0.97, T0 + 10), T0 + 10)
+    facts.write_recommendations(store, recs(12, 0.99, T0 + 29), T0 + 29)
+    store.close()
+    return folder / "mlcost.db"
+
+
+def test_a_snapshot_page_shows_the_recommendations_as_they_stood_at_its_ranges_end(tmp_path):
+    """Probe 157 H1: a snapshot of a past range (`snapshot --until <past>`) showed on its page
+    each recommendation as the store held it when the snapshot was taken: "idle for at least
+    12 min" on a 4-min range, $728/month, evidence ending 7 minutes past the range, where
+    `report --db` of the same file said "at least 5 min" and $719. The page reads them as the
+    report does (daemon.analysis.recommendations_at): the same texts and dollars."""
+    from daemon.commands import report
+    from daemon.store.reader import StoreReader
+
+    db = _idle_host_store(tmp_path)
+    out = tmp_path / "past.db"
+    write_snapshot(db, out, T0, T0 + 15)
+    page = render_store(out)
+    assert "at least 5 min" in page and "at least 12 min" not in page
+    data = collect(out)
+    reader = StoreReader(str(out))
+    try:
+        document = report.build(reader, data.until - data.since, until=data.until)
+    finally:
+        reader.close()
+    said = {r["id"]: (r["summary"], r["savings_per_month"], r["evidence"]["window"]["end"])
+            for r in document["recommendations"]}
+    assert {r["id"]: (r["summary"], r["savings_per_month"], r["evidence"]["window"]["end"])
+            for r in data.recommendations} == said
+    assert all(end <= data.until for _, _, end in said.values()), said
+    # a range on the live store too: the page of its first 15 s, as `report --until` reads it
+    early = collect(db, T0, T0 + 15)
+    assert [r["summary"] for r in early.recommendations] == [
+        r["summary"] for r in data.recommendations]
+
