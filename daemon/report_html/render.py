@@ -17,6 +17,7 @@ from typing import Any
 
 from daemon import __version__, clock
 from daemon.analysis.energy import amount_text, grid_text
+from daemon.analysis.recommendations_at import evidence_note, money_text, potential_lines
 from daemon.report_html import latency
 from daemon.report_html.data import Point, ReportData
 from daemon.report_html.escape import escaped as _e
@@ -71,7 +72,7 @@ svg.phases.fill{display:block;width:100%;height:14px}
 .trigger{background:#fff7ed;border:1px solid #fed7aa;padding:8px;margin:8px 0}
 .summary{background:#f8fafc;border:1px solid #cbd5e1;padding:8px;margin:8px 0;white-space:pre-wrap}
 .muted{color:#777}
-td.rec{width:34%}td.evidence{width:52%}
+td.rec{width:34%}td.evidence{width:52%}td.savings{text-align:right;min-width:7em}
 ul.evidence{margin:4px 0;padding-left:18px}ul.evidence ul{padding-left:16px}
 ul.evidence li{margin:1px 0}ul.evidence .k{color:#555}
 """
@@ -417,6 +418,24 @@ def energy_block(data: ReportData) -> str:
     return "".join(out)
 
 
+def savings_block(savings: dict[str, Any] | None, listed: bool) -> str:
+    """The host's potential savings above the recommendations, in the text report's words
+    (daemon.analysis.recommendations_at): the combined figure beside the bill and what the
+    standalone figures would claim, so a reader never adds up figures that overlap (probe 157
+    M1: two rows of $727 and $734 on a $734/month host). Each row's dollars say "combined" and
+    "alone" as the text does."""
+    if not listed:
+        return ""
+    lines = potential_lines(savings)
+    if not lines:
+        return ""
+    head, *rest = lines
+    return (f'<p class="facts" id="savings"><b>{_e(head)}</b>'
+            + "".join(f"<br>{_e(line)}" for line in rest)
+            + '<br><span class="muted">savings are upper bounds; combined: each after the ones '
+            "before it</span></p>")
+
+
 def _instance(price: dict[str, Any]) -> str:
     """'aws p5.48xlarge': the provider and instance type a recorded price was for (one line,
     cut: a store's text is anyone's)."""
@@ -531,11 +550,12 @@ def render(data: ReportData) -> str:
         for e in data.events], "no event in this range"))
     out.append("</section></div>")
     out.append("<h2>Recommendations</h2>")
+    out.append(savings_block(data.savings, bool(data.recommendations)))
     out.append(_table(["recommendation", "savings", "method and evidence"], [
         [f'<td class="rec"><b>{_e(r.get("rule"))}</b> on '
          f'{_e(r.get("target_label") or r.get("target"))}<br>'
          f"{_e(r.get('summary'))}</td>",
-         _td(_money(r.get("savings_per_month"), 0) + "/month", True),
+         f'<td class="savings">{_e(money_text(r) + evidence_note(r))}</td>',
          f'<td class="evidence">{_e(r.get("method"))}{_evidence(r.get("evidence") or {})}'
          "</td>"]
         for r in data.recommendations], "no recommendation in this range"))

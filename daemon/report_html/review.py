@@ -14,6 +14,7 @@ from typing import Any
 
 from daemon import __version__, clock
 from daemon.analysis.energy import amount_text
+from daemon.analysis.recommendations_at import evidence_note, money_text, potential_lines
 from daemon.report_html import latency
 from daemon.report_html.escape import escaped as _e
 from daemon.wire import money
@@ -168,12 +169,23 @@ def render(document: dict[str, Any]) -> str:
     # the detail column (an action's outcome, a snooze's end) only where a row has one: a
     # review of new recommendations alone had it empty all the way down (probe 149 L5)
     details = any(detail for _, _, detail in rows)
-    out.append("<h2>Recommendations</h2><table><tr><th>state</th><th>savings/month</th>"
+    # Each one's dollars as the report's Recommendations section says them (combined after the
+    # ones before it, and alone) and, above them, the potential figure beside the host's bill:
+    # two standalone rows of $727 and $734 on a $734/month host read as $1,461 (probe 157 M1).
+    listed = {str(r.get("id")): r for r in document.get("recommendations") or []}
+    out.append("<h2>Recommendations</h2>")
+    potential = potential_lines(document.get("savings")) if rows else []
+    if potential:
+        out.append(f'<p id="savings"><b>{_e(potential[0])}</b>'
+                   + "".join(f"<br>{_e(line)}" for line in potential[1:])
+                   + '<br><span class="muted">savings are upper bounds; combined: each after '
+                   "the ones before it</span></p>")
+    out.append("<table><tr><th>state</th><th>savings</th>"
                "<th>recommendation</th>" + ("<th>detail</th>" if details else "") + "</tr>")
     for state, rec, detail in rows:
-        savings = rec.get("savings_per_month")
+        shown = listed.get(str(rec.get("id")), rec)
         out.append(f"<tr><td>{_e(state)}</td><td class=n>"
-                   f"{_e(f'${savings:,.0f}' if isinstance(savings, int | float) else '-')}"
+                   f"{_e(money_text(shown) + evidence_note(shown))}"
                    f"</td><td>{_e(rec.get('summary') or rec.get('id'))}</td>"
                    + (f"<td>{_e(detail)}</td>" if details else "") + "</tr>")
     out.append("</table>")

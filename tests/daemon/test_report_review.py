@@ -985,3 +985,37 @@ def test_the_seconds_of_an_hour_cut_across_a_price_change_are_its_ticks_time(tmp
     assert document["spend"]["total"] == pytest.approx(dollars, rel=1e-5)
     assert document["spend"]["seconds"] == pytest.approx(198.0, abs=1e-3)  # was 231
     assert document["burn"]["total_per_hour"] == pytest.approx(dollars / 198.0 * 3600, rel=1e-5)
+
+
+def test_the_review_page_says_the_combined_savings_beside_the_bill_as_the_text_does(tmp_path):
+    """Probe 157 M1: the review page listed each recommendation's standalone savings ($727 and
+    $734 on a $734/month host: $1,461 to a reader adding them up), with no combined figure and
+    no bill, where the text said "potential savings $734/month combined (the host's bill:
+    $734/month; on their own they would claim $1,461)" and "[$7/month combined, $734 alone]".
+    The page says the text's line and each row's dollars in the text's words, from the same
+    document."""
+    db = tmp_path / "mlcost.db"
+    end = build_store(db)
+    store = Store(str(db))
+    bill = 4.0 * 730
+    facts.write_recommendations(store, [
+        {"id": "r-host", "rule": "host_idle", "target": "host", "summary": "stop the host",
+         "savings_per_month": bill * 0.99, "gpus": [0, 1]},
+        {"id": "r-gpu", "rule": "idle_gpu_held", "target": "100:1780000000.000",
+         "summary": "pid 100 holds GPU 0 idle", "savings_per_month": bill / 2, "gpus": [0]}],
+        end - 60)
+    store.close()
+    text = report(db).stdout.split("\nRecommendations (savings are upper bounds")[1]
+    potential = next(x.strip() for x in text.splitlines() if "potential savings" in x)
+    assert "(the host's bill: $2,920/month; on their own they would claim $" in potential
+    said = dict((summary, money) for money, summary in re.findall(r"^  \[([^\]]*)\] (.*)$", text,
+                                                                    re.M))
+    assert " combined, $" in said["pid 100 holds GPU 0 idle"], said
+    page = tmp_path / "review.html"
+    assert report(db, "--html", str(page)).returncode == 0
+    html = page.read_text()
+    assert potential.replace("'", "&#x27;") in html
+    rows = dict((summary, money) for money, summary in re.findall(
+        r"<td class=n>([^<]*)</td><td>([^<]*)</td>", html))
+    for summary in ("stop the host", "pid 100 holds GPU 0 idle", "recommendation acted"):
+        assert rows[summary] == said[summary], (summary, rows, said)

@@ -692,3 +692,24 @@ def test_a_snapshot_page_shows_the_recommendations_as_they_stood_at_its_ranges_e
     assert [r["summary"] for r in early.recommendations] == [
         r["summary"] for r in data.recommendations]
 
+
+def test_a_page_says_the_combined_savings_beside_the_bill_as_the_report_does(tmp_path):
+    """Probe 157 M1: both pages listed each recommendation's standalone savings, two rows that
+    added up to twice the host's bill, with no combined figure and no bill, where the text
+    said "potential savings $734/month combined (the host's bill: $734/month; on their own they
+    would claim $1,461)" and "[$7/month combined, $734 alone]". The snapshot page says the same
+    words and figures: the report's `savings` and each one's combined share."""
+    db = _idle_host_store(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db),
+                           "--since", "1d"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    text = done.stdout.split("\nRecommendations (savings are upper bounds")[1]
+    potential = next(x.strip() for x in text.splitlines() if "potential savings" in x)
+    assert "combined (the host's bill: $2,920/month; on their own they would claim" in potential
+    rows = re.findall(r"^  \[([^\]]*)\] ", text, re.M)
+    assert len(rows) == 2 and all(" combined, $" in r for r in rows), rows
+    page = render_store(db)
+    assert potential.replace("'", "&#x27;") in page
+    shown = re.findall(r'<td class="savings">([^<]*)</td>', page)
+    assert sorted(shown) == sorted(rows), (shown, rows)
