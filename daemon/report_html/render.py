@@ -20,6 +20,7 @@ from daemon.analysis.energy import amount_text, grid_text
 from daemon.analysis.recommendations_at import evidence_note, money_text, potential_lines
 from daemon.report_html import latency
 from daemon.report_html.data import Point, ReportData
+from daemon.report_html.escape import STACK_CSS, breakable, labelled
 from daemon.report_html.escape import escaped as _e
 from daemon.sources.safe_text import one_line
 from daemon.store.schema import ended_by_recording_stop
@@ -255,23 +256,20 @@ def _table(header: list[str], rows: list[list[str]], empty: str) -> str:
     if not rows:
         return f'<p class="muted">{_e(empty)}</p>'
     head = "".join(f"<th>{_e(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(rows_cell for rows_cell in row) + "</tr>" for row in rows)
+    body = "".join("<tr>" + "".join(labelled(cell, header[i]) if i < len(header) else cell
+                                   for i, cell in enumerate(row))
+                   + "</tr>" for row in rows)
     # (in a box of its own that scrolls sideways: on a narrow screen a command keeps a readable
-    # width, where it was squeezed into a column a word wide and 25 lines tall)
-    return (f'<div class="table"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
-            "</table></div>")
-
-
-# (a name in words joined by `_`, `.`, `/` or `:` may break after them, and only there)
-_BREAK_AFTER = str.maketrans({c: c + "<wbr>" for c in "_./:"})
+    # width, where it was squeezed into a column a word wide and 25 lines tall; on a phone each
+    # row stacks, a line per column that its name heads: escape.STACK_CSS)
+    return (f'<div class="table"><table class="stack"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table></div>")
 
 
 def _td(value: Any, num: bool = False, code: bool = False, words: bool = False) -> str:
     """A cell of `value` (escaped); `words`: a long name (an event's kind, a process's label)
     may wrap after its `_`, `.`, `/` and `:` rather than widen its column past the page."""
-    text = _e(value)
-    if words:
-        text = text.translate(_BREAK_AFTER)
+    text = breakable(value) if words else _e(value)
     if code:
         text = f"<code>{text}</code>"
     return f'<td class="num">{text}</td>' if num else f"<td>{text}</td>"
@@ -470,7 +468,7 @@ def render(data: ReportData) -> str:
         "style-src 'unsafe-inline'; img-src data:\">",
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         '<link rel="icon" href="data:,">',  # no favicon request
-        f"<title>{_e(data.title)}</title><style>{CSS}</style></head><body>",
+        f"<title>{_e(data.title)}</title><style>{CSS}{STACK_CSS}</style></head><body>",
         f"<h1>{_e(data.title)}</h1>",
         f'<p class="facts">{" · ".join(f for f in facts if f)}</p>',
         f'<p class="facts">{_e(_time(data.since))} – {_e(_time(data.until))} '

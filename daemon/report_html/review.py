@@ -16,14 +16,26 @@ from daemon import __version__, clock
 from daemon.analysis.energy import amount_text
 from daemon.analysis.recommendations_at import evidence_note, money_text, potential_lines
 from daemon.report_html import latency
+from daemon.report_html.escape import STACK_CSS, breakable
 from daemon.report_html.escape import escaped as _e
 from daemon.wire import money
 
+# (every table stays inside the screen: a name, a path or a sentence wraps anywhere, a figure
+# only at its spaces, so at 390 px no dollar is cut at the edge and the page never scrolls
+# sideways: probe 157 M3 read "$0." and a one-word-wide energy column)
 CSS = """body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1300px;color:#111;
 padding:0 16px}h1{font-size:20px}h2{font-size:16px;margin-top:28px;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;margin:6px 0}td,th{padding:3px 10px;text-align:left;
-border-bottom:1px solid #eee}td.n{text-align:right;font-variant-numeric:tabular-nums}
-.up{color:#b91c1c}.down{color:#15803d}.muted{color:#6b7280}svg{display:block}"""
+h1,p{overflow-wrap:anywhere}
+table{border-collapse:collapse;margin:6px 0;max-width:100%}td,th{padding:3px 10px;text-align:left;
+border-bottom:1px solid #eee;vertical-align:top;overflow-wrap:anywhere}
+th{overflow-wrap:normal}td.n{text-align:right;font-variant-numeric:tabular-nums;
+overflow-wrap:normal}span.pct{white-space:nowrap}td.w{overflow-wrap:normal}
+.up{color:#b91c1c}.down{color:#15803d}.muted{color:#6b7280}svg{display:block}
+@media (max-width:640px){body{margin:12px auto;padding:0 8px}td,th{padding:3px 5px}
+table.recs tr{display:grid;grid-template-columns:auto 1fr;column-gap:8px;
+border-bottom:1px solid #eee;padding:3px 0}table.recs tr:first-child{display:none}
+table.recs td{border:0;padding:1px 5px}table.recs td.n{text-align:left}
+table.recs td:nth-child(n+3){grid-column:1/-1}}"""
 
 
 
@@ -32,7 +44,7 @@ def _trend(pct: float | None) -> str:
     if pct is None:
         return '<span class="muted">-</span>'
     css = "up" if pct > 0 else "down" if pct < 0 else "muted"
-    return f'<span class="{css}">{pct:+.1f}%</span>'
+    return f'<span class="{css} pct">{pct:+.1f}%</span>'
 
 
 def _bars(by_day: dict[str, float]) -> str:
@@ -65,9 +77,9 @@ def _bars(by_day: dict[str, float]) -> str:
 
 def _unit_row(unit: dict[str, Any]) -> str:
     cost, before = unit.get("unit_cost"), unit.get("previous_unit_cost")
-    return (f"<tr><td>{_e(unit['target'])}</td>"
+    return (f"<tr><td>{breakable(unit['target'])}</td>"
             f"<td class=n>{_e('-' if cost is None else f'${cost:,.4f}')}</td>"
-            f"<td>{_e(format(unit['per'], 'g'))} {_e(unit['unit'])}</td>"
+            f"<td class=w>{_e(format(unit['per'], 'g'))} {_e(unit['unit'])}</td>"
             f"<td class=n>{_e('-' if before is None else f'${before:,.4f}')}</td>"
             f"<td>{_trend(unit.get('trend_pct'))}</td></tr>")
 
@@ -83,9 +95,12 @@ def _carbon_rows(carbon: dict[str, Any]) -> str:
 
     how = (f"{grid['g_per_kwh']:g} g CO2e/kWh: " if grid.get("g_per_kwh") is not None
            else "") + str(grid.get("source") or "")
-    rows = [f"<tr><th>energy used</th><td class=n>{_e(amount(carbon))}</td>"
-            f"<td>{_e(how)}</td></tr>"]
-    rows += [f"<tr><th>job {_e(name)}</th><td class=n>{_e(amount(figure))}</td><td></td></tr>"
+    # (the grid's source under the figure, the whole row wide: beside it, it took the width the
+    # job names and figures need on a phone)
+    rows = [f"<tr><th>energy used</th><td class=n>{_e(amount(carbon))}</td><td></td></tr>",
+            f'<tr><td colspan=3 class="muted">{_e(how)}</td></tr>']
+    rows += [f"<tr><th>job {breakable(name)}</th><td class=n>{_e(amount(figure))}</td>"
+             "<td></td></tr>"
              for name, figure in sorted((carbon.get("by_job") or {}).items(),
                                         key=lambda item: -item[1]["joules"])]
     return "".join(rows)
@@ -101,7 +116,7 @@ def render(document: dict[str, Any]) -> str:
            "style-src 'unsafe-inline'; img-src data:\">",
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
            '<link rel="icon" href="data:,">',
-           f"<title>{_e(title)}</title><style>{CSS}</style></head><body>",
+           f"<title>{_e(title)}</title><style>{CSS}{STACK_CSS}</style></head><body>",
            f"<h1>{_e(title)}</h1>"]
     if review.get("since") is not None:
         span = clock.duration(review["until"] - review["since"])
@@ -149,7 +164,8 @@ def render(document: dict[str, Any]) -> str:
         for key, rows in (review.get("by") or {}).items():
             out.append(f"<h2>By {_e(key)}</h2><table><tr><th>{_e(key)}</th><th>spend</th>"
                        "<th>before</th><th>trend</th></tr>" + "".join(
-                           f"<tr><td>{_e(r['name'])}</td><td class=n>{_e(money(r['cost']))}"
+                           f"<tr><td>{breakable(r['name'])}</td><td class=n>"
+                           f"{_e(money(r['cost']))}"
                            f"</td><td class=n>{_e(money(r.get('previous')))}</td><td>"
                            f"{_trend(r.get('trend_pct'))}</td></tr>" for r in rows)
                        + "</table>")
@@ -180,7 +196,9 @@ def render(document: dict[str, Any]) -> str:
                    + "".join(f"<br>{_e(line)}" for line in potential[1:])
                    + '<br><span class="muted">savings are upper bounds; combined: each after '
                    "the ones before it</span></p>")
-    out.append("<table><tr><th>state</th><th>savings</th>"
+    # (on a phone each row is its state and dollars on a line, its text the screen wide under
+    # them: in columns the text was cut at the right edge, probe 157 M3)
+    out.append('<table class="recs"><tr><th>state</th><th>savings</th>'
                "<th>recommendation</th>" + ("<th>detail</th>" if details else "") + "</tr>")
     for state, rec, detail in rows:
         shown = listed.get(str(rec.get("id")), rec)

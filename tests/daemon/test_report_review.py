@@ -1019,3 +1019,54 @@ def test_the_review_page_says_the_combined_savings_beside_the_bill_as_the_text_d
         r"<td class=n>([^<]*)</td><td>([^<]*)</td>", html))
     for summary in ("stop the host", "pid 100 holds GPU 0 idle", "recommendation acted"):
         assert rows[summary] == said[summary], (summary, rows, said)
+
+
+# Every table cell that reaches past the screen's right edge or is cut inside its box, and
+# whether the page itself scrolls sideways.
+PHONE_SCRIPT = """(() => {
+  const inner = window.innerWidth;
+  const cut = [...document.querySelectorAll('td, th')].filter(c => {
+    const r = c.getBoundingClientRect();
+    return r.right > inner + 0.5 || c.scrollWidth > c.clientWidth + 1;
+  }).map(c => c.textContent);
+  return {page: document.documentElement.scrollWidth, inner, cut,
+          figures: [...document.querySelectorAll('td.n')].map(c => c.textContent)};
+})()"""
+
+
+def test_on_a_phone_every_figure_of_the_review_page_is_on_the_screen(store, tmp_path):
+    """Probe 157 M3: at 390 px the review page ran off the screen: the waste dollars read
+    "$0." (cut), the energy row was a column one word wide, the job rows' energy and the
+    recommendations' text were cut at the right edge, and the page scrolled sideways. Names,
+    paths and sentences wrap, figures do not, the recommendations stack (state and dollars, the
+    text under them): no cell reaches past the screen and the page does not scroll sideways."""
+    from daemon.report_html.review import render
+    from tests import chromium
+
+    document = json.loads(report(store, "--json").stdout)
+    review = document["review"]
+    long_job = "daemon.sim.workloads.checkpoint_heavy_with_a_rather_long_module_name"
+    review["by"]["job"].append({"name": long_job, "cost": 1234.56, "previous": 987.65,
+                                "trend_pct": 25.0})
+    figure = {"joules": 3.6e6, "kwh": 1.0, "co2e_grams": 379.07}
+    review["carbon"] = dict(figure, grid={
+        "g_per_kwh": 379.07, "source": "grid table, annual average: EPA eGRID2020, NERC region "
+        "SERC (2020 data, aws/us-east-1 as of 2023-09-12)"}, by_job={long_job: figure})
+    review["recommendations"]["new"].append({
+        "id": "r-long", "summary": "daemon.sim.workloads.data_starved (pid 18084) spends 87% of "
+        "its last 10 min in data wait: prefetch its input in parallel — /work/probe157/wt/"
+        "daemon/sim/workloads/data_starved.py:96", "savings_per_month": 2614.0})
+    review["unit_costs"] = [{"target": long_job, "unit": "requests", "per": 1000,
+                             "unit_cost": 0.0123, "previous_unit_cost": 0.01, "trend_pct": 23.0}]
+    document["spend"]["latency"] = [{
+        "target": "llm-serve-with-a-long-deployment-name", "p50_seconds": 0.0526,
+        "p99_seconds": 2.2, "requests": 123456, "sm_share": 11.0, "gpu_utilization": 87.0,
+        "cost_per_request": 0.000123, "error": None}]
+    page = tmp_path / "review.html"
+    page.write_text(render(document))
+    found = chromium.load(page.as_uri(), PHONE_SCRIPT, size=(390, 844),
+                          screenshot=tmp_path / "review-390.png").value
+    assert found["page"] <= found["inner"], found
+    assert found["cut"] == [], found
+    assert "$1,234.56" in found["figures"] and "123,456" in found["figures"], found
+    assert any("kWh" in f for f in found["figures"]), found

@@ -218,9 +218,9 @@ def test_a_page_over_a_range_shows_the_costs_the_report_gives_over_it(snapshot, 
 
     def shown(page: str) -> tuple[str, str]:  # (the header's spend, the process row's cost)
         spent = re.search(r"the host spent <b>([^<]*)</b>", page)
-        row = re.search(r'<td class="num">4242</td>(.*?)</tr>', page, re.S)
+        row = re.search(r'<td class="num"[^>]*>4242</td>(.*?)</tr>', page, re.S)
         assert spent and row, page
-        return spent[1], re.findall(r'<td class="num">([^<]*)</td>', row[1])[-1]
+        return spent[1], re.findall(r'<td class="num"[^>]*>([^<]*)</td>', row[1])[-1]
 
     assert shown(html.read_text()) == (_money(document["spend"]["total"]),
                                        _money(process["cost"], 4))
@@ -711,5 +711,35 @@ def test_a_page_says_the_combined_savings_beside_the_bill_as_the_report_does(tmp
     assert len(rows) == 2 and all(" combined, $" in r for r in rows), rows
     page = render_store(db)
     assert potential.replace("'", "&#x27;") in page
-    shown = re.findall(r'<td class="savings">([^<]*)</td>', page)
+    shown = re.findall(r'<td class="savings"[^>]*>([^<]*)</td>', page)
     assert sorted(shown) == sorted(rows), (shown, rows)
+
+
+# At a phone's width: each table box's overflow (a sideways scrollbar), every cell past the
+# screen's right edge, and whether the page scrolls sideways.
+PHONE_SCRIPT = """(() => {
+  const inner = window.innerWidth;
+  return {inner, page: document.documentElement.scrollWidth,
+          over: [...document.querySelectorAll('div.table')].map(b => b.scrollWidth - b.clientWidth)
+                .filter(o => o > 0),
+          cut: [...document.querySelectorAll('td')].filter(
+                 c => c.getBoundingClientRect().right > inner + 0.5).map(c => c.textContent),
+          labels: [...document.querySelectorAll('td[data-label]')].slice(0, 60).map(
+                 c => getComputedStyle(c, '::before').content)};
+})()"""
+
+
+def test_on_a_phone_every_column_of_a_snapshot_page_is_on_the_screen(snapshot, tmp_path):
+    """Probe 157 L1: at 390 px the snapshot page's tables scrolled sideways in their boxes, the
+    columns that matter most off the screen: a process's burn, cost and phase balance, a GPU's
+    peak memory, power and status, a recommendation's savings ("$734/montl") and evidence. On
+    a phone each row stacks, a line per column headed by its name: no box scrolls sideways, no
+    cell reaches past the screen."""
+    html = tmp_path / "phone.html"
+    render_html_file(snapshot, html)
+    found = chromium.load(html.as_uri(), PHONE_SCRIPT, size=(390, 844)).value
+    assert found["page"] <= found["inner"], found
+    assert found["over"] == [] and found["cut"] == [], found
+    assert '"cost: "' in found["labels"] and '"power: "' in found["labels"], found["labels"]
+    wide = chromium.load(html.as_uri(), PHONE_SCRIPT, size=(1200, 1600)).value
+    assert set(wide["labels"]) == {"none"}, wide["labels"]  # in columns at a laptop's width
