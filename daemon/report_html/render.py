@@ -47,6 +47,12 @@ PALETTE = ("#2563eb", "#dc2626", "#9ca3af", "#16a34a", "#9333ea", "#ea580c", "#0
 PHASE_COLORS = {COMPUTE: "#16a34a", DATA_WAIT: "#dc2626", HOST_PREPROCESS: "#ea580c",
                 CHECKPOINT: "#9333ea", OUTPUT: "#a16207", EVAL: "#0891b2", SYNC: "#ca8a04",
                 COMM: "#db2777", IDLE: "#9ca3af", UNKNOWN: "#4b5563"}
+# The burn chart's series in the words of the text report's burn line ("burn $32.77/h (wasted
+# $22.54/h, no process $8.27/h)") and README: "unused" named the GPUs no process held here and
+# the whole waste on the review page (probe 157 M5). (ReportData.burn keeps its keys.)
+BURN_SERIES = {"unused $/h": "no process $/h"}
+BURN_WORDS = ('<p class="muted" id="burn-words">wasted: GPU time paid and unused (each GPU\'s '
+              "price × its idle or unused part); no process: the GPUs no process held</p>")
 COMMAND_CHARS = 160
 ENERGY_ROWS = 8  # processes and jobs named in the energy block, the most kWh first
 
@@ -486,7 +492,8 @@ def render(data: ReportData) -> str:
     # Side by side where the window is wide (a column each from 2 x 520 px), stacked where not.
     out.append('<div class="grid"><section>')
     out.append("<h2>Burn and waste</h2>")
-    out.append(line_chart("burn", data.burn, data.since, data.until, "$") if data.burn else
+    out.append(line_chart("burn", {BURN_SERIES.get(k, k): v for k, v in data.burn.items()},
+                          data.since, data.until, "$") + BURN_WORDS if data.burn else
                '<p class="muted">no recorded price: no dollars to chart</p>')
     out.append("</section><section>")
     out.append("<h2>GPU utilization</h2>")

@@ -141,19 +141,29 @@ def render(document: dict[str, Any]) -> str:
                       if (untrended := (review.get("previous") or {}).get("trend")) else "")
                    + "</td></tr>"
                    "</table>")
+        # (money is booked to UTC days and months, as the text's "by day (UTC)" and the
+        # clouds' bills: a reader in New York put every evening on the wrong date, probe 157 M4)
+        if spend.get("by_day"):
+            out.append('<p class="muted" id="by-day">spend by day (UTC)</p>')
         out.append(_bars(spend.get("by_day") or {}))
-        out.append("<table><tr><th>month</th><th>spend</th></tr>" + "".join(
+        out.append("<table><tr><th>month (UTC)</th><th>spend</th></tr>" + "".join(
             f"<tr><td>{_e(m)}</td><td class=n>{_e(money(v))}</td></tr>"
             for m, v in (spend.get("by_month") or {}).items()) + "</table>")
         waste = review.get("waste") or {}
         storage = review.get("storage") or {}
         energy = review.get("energy") or {}
+        share = waste.get("wasted_share")
+        # (in the text's words: "waste: $3.79 of GPU time paid and unused (69% of spend), $1.39
+        # with no process"; "paid GPU time unused" beside the snapshot chart's "unused" named
+        # two figures, and the share was left out: probe 157 M5, L7)
         out.append("<h2>Waste, storage, energy</h2><table>"
-                   f"<tr><th>paid GPU time unused</th><td class=n>"
-                   f"{_e(money(waste.get('wasted')))}</td><td>"
-                   f"{_trend(waste.get('trend_pct'))}</td></tr>"
-                   f"<tr><th>with no process</th><td class=n>{_e(money(waste.get('idle')))}"
-                   "</td><td></td></tr>"
+                   f"<tr><th>waste: GPU time paid and unused</th><td class=n>"
+                   f"{_e(money(waste.get('wasted')))}"
+                   + ("" if not isinstance(share, int | float) else
+                      f" <span class=muted>({share:.0%} of spend)</span>")
+                   + f"</td><td>{_trend(waste.get('trend_pct'))}</td></tr>"
+                   f"<tr><th>spent with no process (GPUs no process held)</th><td class=n>"
+                   f"{_e(money(waste.get('idle')))}</td><td></td></tr>"
                    f"<tr><th>storage</th><td class=n>{_e(money(storage.get('cost')))}</td>"
                    "<td></td></tr>"
                    # (its dollars where [instance].electricity_per_kwh prices it; "energy -"

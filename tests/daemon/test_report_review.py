@@ -1070,3 +1070,27 @@ def test_on_a_phone_every_figure_of_the_review_page_is_on_the_screen(store, tmp_
     assert found["cut"] == [], found
     assert "$1,234.56" in found["figures"] and "123,456" in found["figures"], found
     assert any("kWh" in f for f in found["figures"]), found
+
+
+def test_the_review_page_says_its_days_are_utc_and_names_the_waste_as_the_text_does(store,
+                                                                                     tmp_path):
+    """Probe 157 M4: the page's by-day bars and month table did not say they are UTC days (the
+    text says "by day (UTC)"), and a reader in New York, the header in EST, put every evening's
+    spend on the wrong date. M5, L7: its "paid GPU time unused" was the text's "waste: ... of GPU
+    time paid and unused", beside the snapshot chart's "unused" (the GPUs no process held), and
+    it left out the share of spend. The page says both in the text's words."""
+    page = tmp_path / "review.html"
+    done = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(store),
+                           "--since", "30d", "--html", str(page)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, TZ="America/New_York"))
+    assert done.returncode == 0, done.stderr
+    text, html = done.stdout, page.read_text()
+    assert "by day (UTC):" in text and "(EST, UTC-05:00; 30 days)" in html
+    assert "spend by day (UTC)" in html and "<th>month (UTC)</th>" in html
+    waste = re.search(r"waste: \$([\d,.]+) of GPU time paid and unused \((\d+%) of spend\), "
+                      r"\$([\d,.]+) with no process", text)
+    assert waste, text
+    assert (f"<th>waste: GPU time paid and unused</th><td class=n>${waste[1]} "
+            f"<span class=muted>({waste[2]} of spend)</span>") in html
+    assert f"<th>spent with no process (GPUs no process held)</th><td class=n>${waste[3]}" in html
+    assert html.count("unused") == html.count("paid and unused") == 1

@@ -743,3 +743,16 @@ def test_on_a_phone_every_column_of_a_snapshot_page_is_on_the_screen(snapshot, t
     assert '"cost: "' in found["labels"] and '"power: "' in found["labels"], found["labels"]
     wide = chromium.load(html.as_uri(), PHONE_SCRIPT, size=(1200, 1600)).value
     assert set(wide["labels"]) == {"none"}, wide["labels"]  # in columns at a laptop's width
+
+
+def test_the_burn_chart_names_its_series_as_the_text_reports_burn_line(snapshot):
+    """Probe 157 M5: the chart's grey series "unused $/h" was the burn of the GPUs no process
+    held (the text's "no process"), where the review page's "paid GPU time unused" was the
+    whole waste. The chart says "no process $/h", and what "wasted" counts."""
+    page = render_store(snapshot)
+    legend = re.search(r'data-chart="burn".*?<div class="legend">(.*?)</div>', page, re.S)
+    assert legend, page
+    assert re.findall(r"</i>([^<]*)</span>", legend[1]) == [
+        "burn $/h", "wasted $/h", "no process $/h"]
+    assert "unused $/h" not in page
+    assert "wasted: GPU time paid and unused" in page
