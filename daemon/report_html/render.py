@@ -291,6 +291,9 @@ EVIDENCE_LIST_ITEMS = 6  # items shown of a list
 EVIDENCE_DEPTH = 3
 EVIDENCE_TEXT = 240
 _TIME_KEYS = ("start", "end", "since", "until", "first_seen", "last_seen", "standing_since")
+# (a key ending so is a clock time where its value is one: "watched since: 1,796,635,799" was
+# an epoch with thousands separators, probe 157 L4)
+_TIME_SUFFIXES = ("_at", "_times", "_time", "_since", "_until")
 # Numbers that name something (a process, a port, a tick, a GPU, a line): written as they are,
 # never with a thousands separator (pid 12,077 is no pid a person can look up).
 _IDENTIFIER_KEYS = ("pid", "ppid", "port", "tick", "index", "line", "uid", "gid", "id",
@@ -320,12 +323,16 @@ def _number(key: str, value: float) -> str:
         return str(value).lower()
     if _identifier(key) and float(value).is_integer():
         return str(int(value))
-    if (key in _TIME_KEYS or key.endswith(("_at", "_times", "_time"))) and value > 1e9:
+    if (key in _TIME_KEYS or key.endswith(_TIME_SUFFIXES)) and value > 1e9:
         return clock.local_time(value)
     if key.endswith(("share", "fraction")) and 0 <= value <= 1:
         return f"{value:.0%}"
     if key.endswith("_bytes"):
         return f"{value / 2**30:.1f} GiB"
+    if key.endswith("_per_s"):  # a rate, not seconds ("read bytes per s: 0 s", probe 157 L4)
+        if key.endswith("bytes_per_s"):
+            return f"{value / 2**20:.1f} MiB/s" if value >= 2**20 else f"{_plain(value)} B/s"
+        return f"{_plain(value)}/s"
     if key.endswith(("per_hour", "_per_month", "_price", "_cost")) or key in _MONEY_KEYS:
         return _money(value)
     if key.endswith(("seconds", "_s")):
@@ -334,7 +341,18 @@ def _number(key: str, value: float) -> str:
         return f"{value:,.0f}"
     if abs(value) >= 100:
         return f"{value:,.0f}"
-    return f"{value:.3g}"
+    return _plain(value)
+
+
+def _plain(value: float) -> str:
+    """Three significant digits, never in scientific notation ("cpu idle cores: 5.62e-05" read
+    as a formula, probe 157 L4): 0.0000562; 1,234 for a large value."""
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    text = f"{value:.3g}"
+    if "e" not in text or not math.isfinite(value):
+        return text
+    return f"{value:.{2 - math.floor(math.log10(abs(value)))}f}"
 
 
 def _value(key: str, value: Any, depth: int) -> str:
@@ -440,6 +458,24 @@ def savings_block(savings: dict[str, Any] | None, listed: bool) -> str:
             "before it</span></p>")
 
 
+def trigger_reason(trigger: dict[str, Any]) -> str:
+    """Why an incident snapshot was taken, for a person: the trigger's reason without the
+    event's internal id the daemon logs with it ("gpu:3 is held idle
+    (gpu_held_idle:gpu:3:1796635801.002)", a Unix time in it: probe 157 L6), and since when
+    the event stood."""
+    reason = str(trigger.get("reason") or trigger.get("kind") or "")
+    event = trigger.get("event")
+    if not isinstance(event, dict):
+        return reason
+    suffix = f" ({event.get('id')})"
+    if event.get("id") and reason.endswith(suffix):
+        reason = reason[:-len(suffix)]
+    started = event.get("started_at")
+    if isinstance(started, int | float) and not isinstance(started, bool):
+        reason += f", since {_time(started)}"
+    return reason
+
+
 def _instance(price: dict[str, Any]) -> str:
     """'aws p5.48xlarge': the provider and instance type a recorded price was for (one line,
     cut: a store's text is anyone's)."""
@@ -487,7 +523,7 @@ def render(data: ReportData) -> str:
     snapshot = data.snapshot or {}
     trigger = snapshot.get("trigger") or {}
     if trigger:
-        out.append(f'<div class="trigger">Taken because: <b>{_e(trigger.get("reason") or trigger.get("kind"))}</b>'
+        out.append(f'<div class="trigger">Taken because: <b>{_e(trigger_reason(trigger))}</b>'
                    f' at {_e(_time(trigger.get("at")))}</div>')
     # Side by side where the window is wide (a column each from 2 x 520 px), stacked where not.
     out.append('<div class="grid"><section>')

@@ -758,3 +758,37 @@ def test_the_burn_chart_names_its_series_as_the_text_reports_burn_line(snapshot)
         "burn $/h", "wasted $/h", "no process $/h"]
     assert "unused $/h" not in page
     assert "wasted: GPU time paid and unused" in page
+
+
+def test_evidence_writes_a_since_as_a_clock_time_a_rate_per_second_and_no_exponent():
+    """Probe 157 L4: the evidence read "watched since: 1,796,635,799" (an epoch with thousands
+    separators), "read bytes per s: 0 s" (a rate given in seconds) and "cpu idle cores:
+    5.62e-05" (scientific notation)."""
+    from daemon.report_html.render import _evidence
+
+    html = _evidence({"no_sign_of_work": {
+        "watched_since": T0, "read_bytes_per_s": 0.0, "write_bytes_per_s": 3 * 2**20,
+        "cpu_idle_cores": 5.62e-05, "idle_watched_s": 282.0}})
+    assert f"watched since</span>: {clock.local_time(T0)}<" in html, html
+    assert "read bytes per s</span>: 0 B/s<" in html and "write bytes per s</span>: 3.0 MiB/s<" \
+        in html, html
+    assert "cpu idle cores</span>: 0.0000562<" in html, html
+    assert "idle watched s</span>: 282 s<" in html, html  # seconds are still seconds
+
+
+def test_the_trigger_line_says_why_in_words_not_the_events_internal_id(snapshot, tmp_path):
+    """Probe 157 L6: the incident page's trigger line read "Taken because: gpu:3 is held idle
+    (gpu_held_idle:gpu:3:1796635801.002) at ...": an internal id with a Unix time in it. It
+    says since when the event stood instead."""
+    event_id = f"gpu_held_idle:gpu:0:{T0 + 5:.3f}"
+    out = tmp_path / "incident.db"
+    write_snapshot(snapshot.parent / "mlcost.db", out, T0, T0 + 31, trigger={
+        "kind": "gpu_held_idle", "target": "gpu:0", "at": T0 + 20,
+        "event": {"id": event_id, "kind": "gpu_held_idle", "target": "gpu:0",
+                  "started_at": T0 + 5},
+        "reason": f"gpu:0 is held idle ({event_id})"})
+    page = render_store(out)
+    line = re.search(r'<div class="trigger">(.*?)</div>', page)
+    assert line, page
+    assert line[1] == (f"Taken because: <b>gpu:0 is held idle, since "
+                       f"{clock.local_time(T0 + 5)}</b> at {clock.local_time(T0 + 20)}"), line[1]
