@@ -51,6 +51,7 @@ PHASE_COLORS = {COMPUTE: "#16a34a", DATA_WAIT: "#dc2626", HOST_PREPROCESS: "#ea5
 # $22.54/h, no process $8.27/h)") and README: "unused" named the GPUs no process held here and
 # the whole waste on the review page (probe 157 M5). (ReportData.burn keeps its keys.)
 BURN_SERIES = {"unused $/h": "no process $/h"}
+BURN_DASHES = ("", "8 5", "3 4")  # burn solid; wasted and no process dashed over it
 BURN_WORDS = ('<p class="muted" id="burn-words">wasted: GPU time paid and unused (each GPU\'s '
               "price × its idle or unused part); no process: the GPUs no process held</p>")
 COMMAND_CHARS = 160
@@ -76,6 +77,7 @@ svg text{font:11px system-ui,sans-serif;fill:#555}
 svg.phases.fill{display:block;width:100%;height:14px}
 .legend span{display:inline-block;margin-right:14px;font-size:12px}
 .legend i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
+.legend i.dashed{width:16px;height:0;border-top:3px dashed}
 .trigger{background:#fff7ed;border:1px solid #fed7aa;padding:8px;margin:8px 0}
 .summary{background:#f8fafc;border:1px solid #cbd5e1;padding:8px;margin:8px 0;white-space:pre-wrap}
 .muted{color:#777}
@@ -126,8 +128,10 @@ def _axis_label(value: float, unit: str) -> str:
 
 
 def line_chart(name: str, series: dict[str, list[Point]], since: float, until: float,
-               unit: str, y_max: float | None = None) -> str:
-    """An SVG line chart of `series` (name -> (ts, value) points) over [since, until]."""
+               unit: str, y_max: float | None = None, dashes: tuple[str, ...] = ()) -> str:
+    """An SVG line chart of `series` (name -> (ts, value) points) over [since, until];
+    `dashes`: each series' stroke-dasharray in order ('' solid), so a line drawn over another
+    lets it show through (the legend draws each the same way)."""
     top = y_max if y_max is not None else _nice_max(max(
         (v for points in series.values() for _, v in points), default=0.0) * 1.05)
     span = max(until - since, 1e-9)
@@ -152,13 +156,18 @@ def line_chart(name: str, series: dict[str, list[Point]], since: float, until: f
     for i, (label, points) in enumerate(series.items()):
         color = PALETTE[i % len(PALETTE)]
         coords = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in points if v is not None)
+        dash = dashes[i] if i < len(dashes) else ""
         parts.append(f'<polyline class="series" data-series="{_e(label)}" '
                      f'data-points="{len(points)}" fill="none" stroke="{color}" '
-                     f'stroke-width="1.6" points="{coords}"><title>{_e(label)}</title>'
-                     '</polyline>')
+                     f'stroke-width="{2.4 if dash else 1.6}"'
+                     + (f' stroke-dasharray="{dash}"' if dash else "")
+                     + f' points="{coords}"><title>{_e(label)}</title></polyline>')
     parts.append("</svg>")
-    legend = "".join(f'<span><i style="background:{PALETTE[i % len(PALETTE)]}"></i>'
-                     f'{_e(label)}</span>' for i, label in enumerate(series))
+    legend = "".join(
+        f'<span><i style="background:{PALETTE[i % len(PALETTE)]}"></i>{_e(label)}</span>'
+        if not (i < len(dashes) and dashes[i]) else
+        f'<span><i class="dashed" style="border-top-color:{PALETTE[i % len(PALETTE)]}"></i>'
+        f"{_e(label)}</span>" for i, label in enumerate(series))
     return "".join(parts) + f'<div class="legend">{legend}</div>'
 
 
@@ -528,8 +537,11 @@ def render(data: ReportData) -> str:
     # Side by side where the window is wide (a column each from 2 x 520 px), stacked where not.
     out.append('<div class="grid"><section>')
     out.append("<h2>Burn and waste</h2>")
+    # (wasted and no process dashed: where all is wasted the wasted line lies on the burn
+    # line, which then vanished under it, probe 157 L3)
     out.append(line_chart("burn", {BURN_SERIES.get(k, k): v for k, v in data.burn.items()},
-                          data.since, data.until, "$") + BURN_WORDS if data.burn else
+                          data.since, data.until, "$", dashes=BURN_DASHES) + BURN_WORDS
+               if data.burn else
                '<p class="muted">no recorded price: no dollars to chart</p>')
     out.append("</section><section>")
     out.append("<h2>GPU utilization</h2>")

@@ -792,3 +792,19 @@ def test_the_trigger_line_says_why_in_words_not_the_events_internal_id(snapshot,
     assert line, page
     assert line[1] == (f"Taken because: <b>gpu:0 is held idle, since "
                        f"{clock.local_time(T0 + 5)}</b> at {clock.local_time(T0 + 20)}"), line[1]
+
+
+def test_the_wasted_line_lying_on_the_burn_line_lets_it_show(snapshot):
+    """Probe 157 L3: where all of the burn was wasted, the red wasted line lay exactly on the
+    blue burn line and the burn line could not be seen (two of the legend's three series
+    visible). Wasted and no process are drawn dashed over the solid burn line, and the legend
+    draws them so."""
+    page = render_store(snapshot)
+    chart = re.search(r'<svg class="chart" data-chart="burn".*?</svg>', page, re.S)
+    assert chart, page
+    lines = re.findall(r'<polyline class="series" data-series="([^"]*)"[^>]*?'
+                       r'(?: stroke-dasharray="([^"]*)")? points=', chart[0])
+    assert [name for name, _ in lines] == ["burn $/h", "wasted $/h", "no process $/h"], lines
+    assert lines[0][1] == "" and lines[1][1] and lines[2][1] and lines[1][1] != lines[2][1]
+    legend = page[chart.end():].split("</div>")[0]
+    assert legend.count('class="dashed"') == 2, legend
