@@ -78,6 +78,7 @@ svg.phases.fill{display:block;width:100%;height:14px}
 .legend span{display:inline-block;margin-right:14px;font-size:12px}
 .legend i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
 .legend i.dashed{width:16px;height:0;border-top:3px dashed}
+@media (max-width:640px){svg.chart.lines{overflow:visible}svg.chart.lines text{font-size:24px}}
 .trigger{background:#fff7ed;border:1px solid #fed7aa;padding:8px;margin:8px 0}
 .summary{background:#f8fafc;border:1px solid #cbd5e1;padding:8px;margin:8px 0;white-space:pre-wrap}
 .muted{color:#777}
@@ -143,7 +144,9 @@ def line_chart(name: str, series: dict[str, list[Point]], since: float, until: f
     def y(value: float) -> float:
         return PAD_TOP + plot_h - min(max(value, 0.0), top) / top * plot_h
 
-    parts = [f'<svg class="chart" data-chart="{_e(name)}" data-series="{len(series)}" '
+    # (class "lines": on a phone its 11-unit labels shrank to ~4 px with the viewBox; there
+    # they are 24 units, ~9 px, and may reach into the page's margin: probe 157 L2)
+    parts = [f'<svg class="chart lines" data-chart="{_e(name)}" data-series="{len(series)}" '
              f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{_e(name)}" '
              'xmlns="http://www.w3.org/2000/svg">']
     for i in range(5):  # horizontal grid with the value scale

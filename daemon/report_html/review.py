@@ -32,6 +32,7 @@ th{overflow-wrap:normal}td.n{text-align:right;font-variant-numeric:tabular-nums;
 overflow-wrap:normal}span.pct{white-space:nowrap}td.w{overflow-wrap:normal}
 .up{color:#b91c1c}.down{color:#15803d}.muted{color:#6b7280}svg{display:block}
 @media (max-width:640px){body{margin:12px auto;padding:0 8px}td,th{padding:3px 5px}
+svg.few{overflow:visible;margin-top:12px}svg.few text{font-size:26px}
 table.recs tr{display:grid;grid-template-columns:auto 1fr;column-gap:8px;
 border-bottom:1px solid #eee;padding:3px 0}table.recs tr:first-child{display:none}
 table.recs td{border:0;padding:1px 5px}table.recs td.n{text-align:left}
@@ -71,7 +72,10 @@ def _bars(by_day: dict[str, float]) -> str:
             bars.append(f'<text class="value" x="{middle:.1f}" y="{height - pad - h - 4:.1f}" '
                         f'font-size="11" text-anchor="middle" fill="#111">'
                         f"{_e(money(value, whole_from=100))}</text>")
-    return (f'<svg class="chart" data-chart="spend_by_day" data-bars="{len(by_day)}" '
+    # (up to 14 bars, class "few": on a phone their date and dollars are 26 units, ~8 px, not
+    # 11, ~3.5 px; more bars have no room for them: probe 157 L2)
+    few = " few" if len(by_day) <= 14 else ""
+    return (f'<svg class="chart{few}" data-chart="spend_by_day" data-bars="{len(by_day)}" '
             f'viewBox="0 0 {width} {height}" width="100%">{"".join(bars)}</svg>')
 
 

@@ -800,7 +800,7 @@ def test_the_wasted_line_lying_on_the_burn_line_lets_it_show(snapshot):
     visible). Wasted and no process are drawn dashed over the solid burn line, and the legend
     draws them so."""
     page = render_store(snapshot)
-    chart = re.search(r'<svg class="chart" data-chart="burn".*?</svg>', page, re.S)
+    chart = re.search(r'<svg class="chart[^"]*" data-chart="burn".*?</svg>', page, re.S)
     assert chart, page
     lines = re.findall(r'<polyline class="series" data-series="([^"]*)"[^>]*?'
                        r'(?: stroke-dasharray="([^"]*)")? points=', chart[0])
@@ -808,3 +808,18 @@ def test_the_wasted_line_lying_on_the_burn_line_lets_it_show(snapshot):
     assert lines[0][1] == "" and lines[1][1] and lines[2][1] and lines[1][1] != lines[2][1]
     legend = page[chart.end():].split("</div>")[0]
     assert legend.count('class="dashed"') == 2, legend
+
+
+LABEL_SCRIPT = """[...document.querySelectorAll('svg.chart.lines text')].map(
+  t => t.getBoundingClientRect().height)"""
+
+
+def test_on_a_phone_the_line_charts_labels_can_be_read(snapshot, tmp_path):
+    """Probe 157 L2: the charts' 11-unit labels (the $ and % scales, the times) shrank with the
+    viewBox to ~4 px at 390 px. On a phone they are 24 units, ~9 px; at 1200 px as before."""
+    html = tmp_path / "labels.html"
+    render_html_file(snapshot, html)
+    phone = chromium.load(html.as_uri(), LABEL_SCRIPT, size=(390, 844)).value
+    assert phone and min(phone) >= 8, phone
+    wide = chromium.load(html.as_uri(), LABEL_SCRIPT, size=(1200, 1600)).value
+    assert wide and max(wide) <= 14, wide  # (11-unit text at about 0.6 of its size)
