@@ -30,6 +30,7 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--remote-debugging-port=0", "--remote-allow-origins=*"]
 START_TIMEOUT_S = 60.0
 LOAD_TIMEOUT_S = 60.0
+MIN_WINDOW_WIDTH = 500  # narrower: the viewport is emulated (Emulation.setDeviceMetricsOverride)
 
 
 @dataclass
@@ -61,7 +62,10 @@ def load(url: str, script: str, screenshot: Path | None = None,
                 raise RuntimeError(f"chromium wrote no {port_file} within {START_TIMEOUT_S} s")
             time.sleep(0.1)
         port = int(port_file.read_text().splitlines()[0])
-        return asyncio.run(_drive(port, url, script, screenshot))
+        # (headless Chromium keeps a window at least 500 px wide: a phone's width is set on
+        # the page's viewport, as DevTools' device mode does)
+        return asyncio.run(_drive(port, url, script, screenshot,
+                                  size if size[0] < MIN_WINDOW_WIDTH else None))
     finally:
         proc.kill()
         proc.wait(30)
@@ -69,7 +73,8 @@ def load(url: str, script: str, screenshot: Path | None = None,
         shutil.rmtree(profile, ignore_errors=True)
 
 
-async def _drive(port: int, url: str, script: str, screenshot: Path | None) -> Page:
+async def _drive(port: int, url: str, script: str, screenshot: Path | None,
+                 viewport: tuple[int, int] | None = None) -> Page:
     page = Page()
     async with aiohttp.ClientSession() as session:
         async with session.get(f"http://127.0.0.1:{port}/json/list") as response:
@@ -115,6 +120,9 @@ async def _drive(port: int, url: str, script: str, screenshot: Path | None) -> P
             try:
                 for domain in ("Page", "Runtime", "Log", "Network"):
                     await call(f"{domain}.enable")
+                if viewport is not None:
+                    await call("Emulation.setDeviceMetricsOverride", width=viewport[0],
+                               height=viewport[1], deviceScaleFactor=1, mobile=False)
                 await call("Page.navigate", url=url)
                 await asyncio.wait_for(loaded, LOAD_TIMEOUT_S)
                 # Late console messages of the load: the answer to this comes once the page's

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemon.analysis import latency_report
+from daemon.analysis import latency_report, recommendations_at
 from daemon.analysis.balance import LOW_UTILIZATION, SAMPLED, phase_balances
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, burn
@@ -59,7 +59,11 @@ class ReportData:
     windows: list[dict[str, Any]] = field(default_factory=list)  # low-utilization windows
     stacks: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
+    # as they stood at the range's end, each with its combined_savings_per_month (the report's
+    # document["recommendations"]); `savings`: the report's document["savings"] (the potential
+    # figure combined, the bill, the standalone sum, the order)
     recommendations: list[dict[str, Any]] = field(default_factory=list)
+    savings: dict[str, Any] | None = None
     spend: float | None = None
     wasted: float | None = None
     latency: list[dict[str, Any]] = field(default_factory=list)  # [[cost.latency]] over the range
@@ -227,9 +231,14 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
     data.events = [dict(e, target_label=process_label(e["target"], names))
                    if e["target"] in names else e
                    for e in events if e["kind"] not in SAMPLED]
-    # A recommendation about a process is shown by its name too ('22124 idle_notebook').
+    # As they stood at the range's end, with their combined savings and the host's bill: the
+    # one reading `mlcostd report` makes (probe 157 H1: the page read each row as it stood when
+    # the snapshot was taken, $728/month where the report of the same file said $719; M1: it
+    # listed standalone figures that added up to twice the bill). A recommendation about a
+    # process is shown by its name too ('22124 idle_notebook').
+    listed = recommendations_at.at_end(reader, start, end, data.price, data.gpus)
+    data.savings = listed["savings"]
     data.recommendations = [dict(r, target_label=process_label(str(r.get("target")), names))
                             if str(r.get("target")) in names else r
-                            for r in queries.recommendations(reader, start)
-                            if r["first_seen"] <= end]
+                            for r in listed["recommendations"]]
     return data

@@ -17,8 +17,10 @@ from typing import Any
 
 from daemon import __version__, clock
 from daemon.analysis.energy import amount_text, grid_text
+from daemon.analysis.recommendations_at import evidence_note, money_text, potential_lines
 from daemon.report_html import latency
 from daemon.report_html.data import Point, ReportData
+from daemon.report_html.escape import STACK_CSS, breakable, labelled
 from daemon.report_html.escape import escaped as _e
 from daemon.sources.safe_text import one_line
 from daemon.store.schema import ended_by_recording_stop
@@ -45,6 +47,13 @@ PALETTE = ("#2563eb", "#dc2626", "#9ca3af", "#16a34a", "#9333ea", "#ea580c", "#0
 PHASE_COLORS = {COMPUTE: "#16a34a", DATA_WAIT: "#dc2626", HOST_PREPROCESS: "#ea580c",
                 CHECKPOINT: "#9333ea", OUTPUT: "#a16207", EVAL: "#0891b2", SYNC: "#ca8a04",
                 COMM: "#db2777", IDLE: "#9ca3af", UNKNOWN: "#4b5563"}
+# The burn chart's series in the words of the text report's burn line ("burn $32.77/h (wasted
+# $22.54/h, no process $8.27/h)") and README: "unused" named the GPUs no process held here and
+# the whole waste on the review page (probe 157 M5). (ReportData.burn keeps its keys.)
+BURN_SERIES = {"unused $/h": "no process $/h"}
+BURN_DASHES = ("", "8 5", "3 4")  # burn solid; wasted and no process dashed over it
+BURN_WORDS = ('<p class="muted" id="burn-words">wasted: GPU time paid and unused (each GPU\'s '
+              "price × its idle or unused part); no process: the GPUs no process held</p>")
 COMMAND_CHARS = 160
 ENERGY_ROWS = 8  # processes and jobs named in the energy block, the most kWh first
 
@@ -68,10 +77,12 @@ svg text{font:11px system-ui,sans-serif;fill:#555}
 svg.phases.fill{display:block;width:100%;height:14px}
 .legend span{display:inline-block;margin-right:14px;font-size:12px}
 .legend i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
+.legend i.dashed{width:16px;height:0;border-top:3px dashed}
+@media (max-width:640px){svg.chart.lines{overflow:visible}svg.chart.lines text{font-size:24px}}
 .trigger{background:#fff7ed;border:1px solid #fed7aa;padding:8px;margin:8px 0}
 .summary{background:#f8fafc;border:1px solid #cbd5e1;padding:8px;margin:8px 0;white-space:pre-wrap}
 .muted{color:#777}
-td.rec{width:34%}td.evidence{width:52%}
+td.rec{width:34%}td.evidence{width:52%}td.savings{text-align:right;min-width:7em}
 ul.evidence{margin:4px 0;padding-left:18px}ul.evidence ul{padding-left:16px}
 ul.evidence li{margin:1px 0}ul.evidence .k{color:#555}
 """
@@ -118,8 +129,10 @@ def _axis_label(value: float, unit: str) -> str:
 
 
 def line_chart(name: str, series: dict[str, list[Point]], since: float, until: float,
-               unit: str, y_max: float | None = None) -> str:
-    """An SVG line chart of `series` (name -> (ts, value) points) over [since, until]."""
+               unit: str, y_max: float | None = None, dashes: tuple[str, ...] = ()) -> str:
+    """An SVG line chart of `series` (name -> (ts, value) points) over [since, until];
+    `dashes`: each series' stroke-dasharray in order ('' solid), so a line drawn over another
+    lets it show through (the legend draws each the same way)."""
     top = y_max if y_max is not None else _nice_max(max(
         (v for points in series.values() for _, v in points), default=0.0) * 1.05)
     span = max(until - since, 1e-9)
@@ -131,7 +144,9 @@ def line_chart(name: str, series: dict[str, list[Point]], since: float, until: f
     def y(value: float) -> float:
         return PAD_TOP + plot_h - min(max(value, 0.0), top) / top * plot_h
 
-    parts = [f'<svg class="chart" data-chart="{_e(name)}" data-series="{len(series)}" '
+    # (class "lines": on a phone its 11-unit labels shrank to ~4 px with the viewBox; there
+    # they are 24 units, ~9 px, and may reach into the page's margin: probe 157 L2)
+    parts = [f'<svg class="chart lines" data-chart="{_e(name)}" data-series="{len(series)}" '
              f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{_e(name)}" '
              'xmlns="http://www.w3.org/2000/svg">']
     for i in range(5):  # horizontal grid with the value scale
@@ -144,13 +159,18 @@ def line_chart(name: str, series: dict[str, list[Point]], since: float, until: f
     for i, (label, points) in enumerate(series.items()):
         color = PALETTE[i % len(PALETTE)]
         coords = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in points if v is not None)
+        dash = dashes[i] if i < len(dashes) else ""
         parts.append(f'<polyline class="series" data-series="{_e(label)}" '
                      f'data-points="{len(points)}" fill="none" stroke="{color}" '
-                     f'stroke-width="1.6" points="{coords}"><title>{_e(label)}</title>'
-                     '</polyline>')
+                     f'stroke-width="{2.4 if dash else 1.6}"'
+                     + (f' stroke-dasharray="{dash}"' if dash else "")
+                     + f' points="{coords}"><title>{_e(label)}</title></polyline>')
     parts.append("</svg>")
-    legend = "".join(f'<span><i style="background:{PALETTE[i % len(PALETTE)]}"></i>'
-                     f'{_e(label)}</span>' for i, label in enumerate(series))
+    legend = "".join(
+        f'<span><i style="background:{PALETTE[i % len(PALETTE)]}"></i>{_e(label)}</span>'
+        if not (i < len(dashes) and dashes[i]) else
+        f'<span><i class="dashed" style="border-top-color:{PALETTE[i % len(PALETTE)]}"></i>'
+        f"{_e(label)}</span>" for i, label in enumerate(series))
     return "".join(parts) + f'<div class="legend">{legend}</div>'
 
 
@@ -254,23 +274,20 @@ def _table(header: list[str], rows: list[list[str]], empty: str) -> str:
     if not rows:
         return f'<p class="muted">{_e(empty)}</p>'
     head = "".join(f"<th>{_e(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(rows_cell for rows_cell in row) + "</tr>" for row in rows)
+    body = "".join("<tr>" + "".join(labelled(cell, header[i]) if i < len(header) else cell
+                                   for i, cell in enumerate(row))
+                   + "</tr>" for row in rows)
     # (in a box of its own that scrolls sideways: on a narrow screen a command keeps a readable
-    # width, where it was squeezed into a column a word wide and 25 lines tall)
-    return (f'<div class="table"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
-            "</table></div>")
-
-
-# (a name in words joined by `_`, `.`, `/` or `:` may break after them, and only there)
-_BREAK_AFTER = str.maketrans({c: c + "<wbr>" for c in "_./:"})
+    # width, where it was squeezed into a column a word wide and 25 lines tall; on a phone each
+    # row stacks, a line per column that its name heads: escape.STACK_CSS)
+    return (f'<div class="table"><table class="stack"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table></div>")
 
 
 def _td(value: Any, num: bool = False, code: bool = False, words: bool = False) -> str:
     """A cell of `value` (escaped); `words`: a long name (an event's kind, a process's label)
     may wrap after its `_`, `.`, `/` and `:` rather than widen its column past the page."""
-    text = _e(value)
-    if words:
-        text = text.translate(_BREAK_AFTER)
+    text = breakable(value) if words else _e(value)
     if code:
         text = f"<code>{text}</code>"
     return f'<td class="num">{text}</td>' if num else f"<td>{text}</td>"
@@ -286,6 +303,9 @@ EVIDENCE_LIST_ITEMS = 6  # items shown of a list
 EVIDENCE_DEPTH = 3
 EVIDENCE_TEXT = 240
 _TIME_KEYS = ("start", "end", "since", "until", "first_seen", "last_seen", "standing_since")
+# (a key ending so is a clock time where its value is one: "watched since: 1,796,635,799" was
+# an epoch with thousands separators, probe 157 L4)
+_TIME_SUFFIXES = ("_at", "_times", "_time", "_since", "_until")
 # Numbers that name something (a process, a port, a tick, a GPU, a line): written as they are,
 # never with a thousands separator (pid 12,077 is no pid a person can look up).
 _IDENTIFIER_KEYS = ("pid", "ppid", "port", "tick", "index", "line", "uid", "gid", "id",
@@ -315,12 +335,16 @@ def _number(key: str, value: float) -> str:
         return str(value).lower()
     if _identifier(key) and float(value).is_integer():
         return str(int(value))
-    if (key in _TIME_KEYS or key.endswith(("_at", "_times", "_time"))) and value > 1e9:
+    if (key in _TIME_KEYS or key.endswith(_TIME_SUFFIXES)) and value > 1e9:
         return clock.local_time(value)
     if key.endswith(("share", "fraction")) and 0 <= value <= 1:
         return f"{value:.0%}"
     if key.endswith("_bytes"):
         return f"{value / 2**30:.1f} GiB"
+    if key.endswith("_per_s"):  # a rate, not seconds ("read bytes per s: 0 s", probe 157 L4)
+        if key.endswith("bytes_per_s"):
+            return f"{value / 2**20:.1f} MiB/s" if value >= 2**20 else f"{_plain(value)} B/s"
+        return f"{_plain(value)}/s"
     if key.endswith(("per_hour", "_per_month", "_price", "_cost")) or key in _MONEY_KEYS:
         return _money(value)
     if key.endswith(("seconds", "_s")):
@@ -329,7 +353,18 @@ def _number(key: str, value: float) -> str:
         return f"{value:,.0f}"
     if abs(value) >= 100:
         return f"{value:,.0f}"
-    return f"{value:.3g}"
+    return _plain(value)
+
+
+def _plain(value: float) -> str:
+    """Three significant digits, never in scientific notation ("cpu idle cores: 5.62e-05" read
+    as a formula, probe 157 L4): 0.0000562; 1,234 for a large value."""
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    text = f"{value:.3g}"
+    if "e" not in text or not math.isfinite(value):
+        return text
+    return f"{value:.{2 - math.floor(math.log10(abs(value)))}f}"
 
 
 def _value(key: str, value: Any, depth: int) -> str:
@@ -417,6 +452,42 @@ def energy_block(data: ReportData) -> str:
     return "".join(out)
 
 
+def savings_block(savings: dict[str, Any] | None, listed: bool) -> str:
+    """The host's potential savings above the recommendations, in the text report's words
+    (daemon.analysis.recommendations_at): the combined figure beside the bill and what the
+    standalone figures would claim, so a reader never adds up figures that overlap (probe 157
+    M1: two rows of $727 and $734 on a $734/month host). Each row's dollars say "combined" and
+    "alone" as the text does."""
+    if not listed:
+        return ""
+    lines = potential_lines(savings)
+    if not lines:
+        return ""
+    head, *rest = lines
+    return (f'<p class="facts" id="savings"><b>{_e(head)}</b>'
+            + "".join(f"<br>{_e(line)}" for line in rest)
+            + '<br><span class="muted">savings are upper bounds; combined: each after the ones '
+            "before it</span></p>")
+
+
+def trigger_reason(trigger: dict[str, Any]) -> str:
+    """Why an incident snapshot was taken, for a person: the trigger's reason without the
+    event's internal id the daemon logs with it ("gpu:3 is held idle
+    (gpu_held_idle:gpu:3:1796635801.002)", a Unix time in it: probe 157 L6), and since when
+    the event stood."""
+    reason = str(trigger.get("reason") or trigger.get("kind") or "")
+    event = trigger.get("event")
+    if not isinstance(event, dict):
+        return reason
+    suffix = f" ({event.get('id')})"
+    if event.get("id") and reason.endswith(suffix):
+        reason = reason[:-len(suffix)]
+    started = event.get("started_at")
+    if isinstance(started, int | float) and not isinstance(started, bool):
+        reason += f", since {_time(started)}"
+    return reason
+
+
 def _instance(price: dict[str, Any]) -> str:
     """'aws p5.48xlarge': the provider and instance type a recorded price was for (one line,
     cut: a store's text is anyone's)."""
@@ -451,7 +522,7 @@ def render(data: ReportData) -> str:
         "style-src 'unsafe-inline'; img-src data:\">",
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         '<link rel="icon" href="data:,">',  # no favicon request
-        f"<title>{_e(data.title)}</title><style>{CSS}</style></head><body>",
+        f"<title>{_e(data.title)}</title><style>{CSS}{STACK_CSS}</style></head><body>",
         f"<h1>{_e(data.title)}</h1>",
         f'<p class="facts">{" · ".join(f for f in facts if f)}</p>',
         f'<p class="facts">{_e(_time(data.since))} – {_e(_time(data.until))} '
@@ -464,12 +535,16 @@ def render(data: ReportData) -> str:
     snapshot = data.snapshot or {}
     trigger = snapshot.get("trigger") or {}
     if trigger:
-        out.append(f'<div class="trigger">Taken because: <b>{_e(trigger.get("reason") or trigger.get("kind"))}</b>'
+        out.append(f'<div class="trigger">Taken because: <b>{_e(trigger_reason(trigger))}</b>'
                    f' at {_e(_time(trigger.get("at")))}</div>')
     # Side by side where the window is wide (a column each from 2 x 520 px), stacked where not.
     out.append('<div class="grid"><section>')
     out.append("<h2>Burn and waste</h2>")
-    out.append(line_chart("burn", data.burn, data.since, data.until, "$") if data.burn else
+    # (wasted and no process dashed: where all is wasted the wasted line lies on the burn
+    # line, which then vanished under it, probe 157 L3)
+    out.append(line_chart("burn", {BURN_SERIES.get(k, k): v for k, v in data.burn.items()},
+                          data.since, data.until, "$", dashes=BURN_DASHES) + BURN_WORDS
+               if data.burn else
                '<p class="muted">no recorded price: no dollars to chart</p>')
     out.append("</section><section>")
     out.append("<h2>GPU utilization</h2>")
@@ -531,11 +606,12 @@ def render(data: ReportData) -> str:
         for e in data.events], "no event in this range"))
     out.append("</section></div>")
     out.append("<h2>Recommendations</h2>")
+    out.append(savings_block(data.savings, bool(data.recommendations)))
     out.append(_table(["recommendation", "savings", "method and evidence"], [
         [f'<td class="rec"><b>{_e(r.get("rule"))}</b> on '
          f'{_e(r.get("target_label") or r.get("target"))}<br>'
          f"{_e(r.get('summary'))}</td>",
-         _td(_money(r.get("savings_per_month"), 0) + "/month", True),
+         f'<td class="savings">{_e(money_text(r) + evidence_note(r))}</td>',
          f'<td class="evidence">{_e(r.get("method"))}{_evidence(r.get("evidence") or {})}'
          "</td>"]
         for r in data.recommendations], "no recommendation in this range"))

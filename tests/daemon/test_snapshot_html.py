@@ -74,7 +74,9 @@ def test_the_report_renders_in_chromium_with_its_charts_and_nothing_else(snapsho
     assert page.requests == [html.as_uri()]  # no font, script, image or favicon fetched
     charts = {c["chart"]: c for c in page.value}
     assert set(charts) == {"burn", "gpu-utilization", "gpu-memory", "windows"}
-    expected = {"burn": data.burn,
+    from daemon.report_html.render import BURN_SERIES
+
+    expected = {"burn": {BURN_SERIES.get(k, k): v for k, v in data.burn.items()},
                 "gpu-utilization": {f"GPU {i}": p for i, p in data.gpu_utilization.items()},
                 "gpu-memory": {f"GPU {i}": p for i, p in data.gpu_memory.items()}}
     for name, series in expected.items():
@@ -218,9 +220,9 @@ def test_a_page_over_a_range_shows_the_costs_the_report_gives_over_it(snapshot, 
 
     def shown(page: str) -> tuple[str, str]:  # (the header's spend, the process row's cost)
         spent = re.search(r"the host spent <b>([^<]*)</b>", page)
-        row = re.search(r'<td class="num">4242</td>(.*?)</tr>', page, re.S)
+        row = re.search(r'<td class="num"[^>]*>4242</td>(.*?)</tr>', page, re.S)
         assert spent and row, page
-        return spent[1], re.findall(r'<td class="num">([^<]*)</td>', row[1])[-1]
+        return spent[1], re.findall(r'<td class="num"[^>]*>([^<]*)</td>', row[1])[-1]
 
     assert shown(html.read_text()) == (_money(document["spend"]["total"]),
                                        _money(process["cost"], 4))
@@ -634,3 +636,190 @@ def test_an_event_open_at_a_snapshots_end_is_costed_to_its_end(tmp_path):
     # a range of the live store that ended before the event's cost was written
     assert costs(tmp_path / "mlcost.db", T0 + 15) == pytest.approx(
         {"gpu:9": 0.010, "gpu:8": 0.015}, rel=1e-3)
+
+
+def _idle_host_store(folder: Path) -> Path:
+    """A store whose two recommendations (the host idle, its process holding GPU 0 idle) each
+    claim about the host's whole bill on their own, re-evaluated after T0 + 15 with a longer
+    idle and a larger figure (as the live daemon does every round)."""
+    daemon = recording_daemon(folder, 5.0, ticks=30)
+    store = daemon.store
+    assert store is not None
+    bill = 4.0 * 730  # the test host's $4/h a month (pricing.offer.HOURS_PER_MONTH)
+
+    def recs(minutes: int, share: float, end: float) -> list[dict[str, object]]:
+        return [{"id": "host_idle host", "rule": "host_idle", "target": "host",
+                 "summary": f"the whole host has been idle for at least {minutes} min: stop it",
+                 "savings_per_month": share * bill, "method": "the host's price",
+                 "evidence": {"window": {"start": T0 + 1, "end": end}}, "gpus": [0, 1]},
+                {"id": "idle_gpu_held 4242:1000.500", "rule": "idle_gpu_held",
+                 "target": "4242:1000.500",
+                 "summary": f"pid 4242 holds GPU 0 idle for at least {minutes} min",
+                 "savings_per_month": bill / 2, "method": "its GPU's price",
+                 "evidence": {"window": {"start": T0 + 1, "end": end}}, "gpus": [0]}]
+
+    facts.write_recommendations(store, recs(5, 0.97, T0 + 10), T0 + 10)
+    facts.write_recommendations(store, recs(12, 0.99, T0 + 29), T0 + 29)
+    store.close()
+    return folder / "mlcost.db"
+
+
+def test_a_snapshot_page_shows_the_recommendations_as_they_stood_at_its_ranges_end(tmp_path):
+    """Probe 157 H1: a snapshot of a past range (`snapshot --until <past>`) showed on its page
+    each recommendation as the store held it when the snapshot was taken: "idle for at least
+    12 min" on a 4-min range, $728/month, evidence ending 7 minutes past the range, where
+    `report --db` of the same file said "at least 5 min" and $719. The page reads them as the
+    report does (daemon.analysis.recommendations_at): the same texts and dollars."""
+    from daemon.commands import report
+    from daemon.store.reader import StoreReader
+
+    db = _idle_host_store(tmp_path)
+    out = tmp_path / "past.db"
+    write_snapshot(db, out, T0, T0 + 15)
+    page = render_store(out)
+    assert "at least 5 min" in page and "at least 12 min" not in page
+    data = collect(out)
+    reader = StoreReader(str(out))
+    try:
+        document = report.build(reader, data.until - data.since, until=data.until)
+    finally:
+        reader.close()
+    said = {r["id"]: (r["summary"], r["savings_per_month"], r["evidence"]["window"]["end"])
+            for r in document["recommendations"]}
+    assert {r["id"]: (r["summary"], r["savings_per_month"], r["evidence"]["window"]["end"])
+            for r in data.recommendations} == said
+    assert all(end <= data.until for _, _, end in said.values()), said
+    # a range on the live store too: the page of its first 15 s, as `report --until` reads it
+    early = collect(db, T0, T0 + 15)
+    assert [r["summary"] for r in early.recommendations] == [
+        r["summary"] for r in data.recommendations]
+
+
+def test_a_page_says_the_combined_savings_beside_the_bill_as_the_report_does(tmp_path):
+    """Probe 157 M1: both pages listed each recommendation's standalone savings, two rows that
+    added up to twice the host's bill, with no combined figure and no bill, where the text
+    said "potential savings $734/month combined (the host's bill: $734/month; on their own they
+    would claim $1,461)" and "[$7/month combined, $734 alone]". The snapshot page says the same
+    words and figures: the report's `savings` and each one's combined share."""
+    db = _idle_host_store(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db),
+                           "--since", "1d"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    text = done.stdout.split("\nRecommendations (savings are upper bounds")[1]
+    potential = next(x.strip() for x in text.splitlines() if "potential savings" in x)
+    assert "combined (the host's bill: $2,920/month; on their own they would claim" in potential
+    rows = re.findall(r"^  \[([^\]]*)\] ", text, re.M)
+    assert len(rows) == 2 and all(" combined, $" in r for r in rows), rows
+    page = render_store(db)
+    assert potential.replace("'", "&#x27;") in page
+    shown = re.findall(r'<td class="savings"[^>]*>([^<]*)</td>', page)
+    assert sorted(shown) == sorted(rows), (shown, rows)
+
+
+# At a phone's width: each table box's overflow (a sideways scrollbar), every cell past the
+# screen's right edge, and whether the page scrolls sideways.
+PHONE_SCRIPT = """(() => {
+  const inner = window.innerWidth;
+  return {inner, page: document.documentElement.scrollWidth,
+          over: [...document.querySelectorAll('div.table')].map(b => b.scrollWidth - b.clientWidth)
+                .filter(o => o > 0),
+          cut: [...document.querySelectorAll('td')].filter(
+                 c => c.getBoundingClientRect().right > inner + 0.5).map(c => c.textContent),
+          labels: [...document.querySelectorAll('td[data-label]')].slice(0, 60).map(
+                 c => getComputedStyle(c, '::before').content)};
+})()"""
+
+
+def test_on_a_phone_every_column_of_a_snapshot_page_is_on_the_screen(snapshot, tmp_path):
+    """Probe 157 L1: at 390 px the snapshot page's tables scrolled sideways in their boxes, the
+    columns that matter most off the screen: a process's burn, cost and phase balance, a GPU's
+    peak memory, power and status, a recommendation's savings ("$734/montl") and evidence. On
+    a phone each row stacks, a line per column headed by its name: no box scrolls sideways, no
+    cell reaches past the screen."""
+    html = tmp_path / "phone.html"
+    render_html_file(snapshot, html)
+    found = chromium.load(html.as_uri(), PHONE_SCRIPT, size=(390, 844)).value
+    assert found["page"] <= found["inner"], found
+    assert found["over"] == [] and found["cut"] == [], found
+    assert '"cost: "' in found["labels"] and '"power: "' in found["labels"], found["labels"]
+    wide = chromium.load(html.as_uri(), PHONE_SCRIPT, size=(1200, 1600)).value
+    assert set(wide["labels"]) == {"none"}, wide["labels"]  # in columns at a laptop's width
+
+
+def test_the_burn_chart_names_its_series_as_the_text_reports_burn_line(snapshot):
+    """Probe 157 M5: the chart's grey series "unused $/h" was the burn of the GPUs no process
+    held (the text's "no process"), where the review page's "paid GPU time unused" was the
+    whole waste. The chart says "no process $/h", and what "wasted" counts."""
+    page = render_store(snapshot)
+    legend = re.search(r'data-chart="burn".*?<div class="legend">(.*?)</div>', page, re.S)
+    assert legend, page
+    assert re.findall(r"</i>([^<]*)</span>", legend[1]) == [
+        "burn $/h", "wasted $/h", "no process $/h"]
+    assert "unused $/h" not in page
+    assert "wasted: GPU time paid and unused" in page
+
+
+def test_evidence_writes_a_since_as_a_clock_time_a_rate_per_second_and_no_exponent():
+    """Probe 157 L4: the evidence read "watched since: 1,796,635,799" (an epoch with thousands
+    separators), "read bytes per s: 0 s" (a rate given in seconds) and "cpu idle cores:
+    5.62e-05" (scientific notation)."""
+    from daemon.report_html.render import _evidence
+
+    html = _evidence({"no_sign_of_work": {
+        "watched_since": T0, "read_bytes_per_s": 0.0, "write_bytes_per_s": 3 * 2**20,
+        "cpu_idle_cores": 5.62e-05, "idle_watched_s": 282.0}})
+    assert f"watched since</span>: {clock.local_time(T0)}<" in html, html
+    assert "read bytes per s</span>: 0 B/s<" in html and "write bytes per s</span>: 3.0 MiB/s<" \
+        in html, html
+    assert "cpu idle cores</span>: 0.0000562<" in html, html
+    assert "idle watched s</span>: 282 s<" in html, html  # seconds are still seconds
+
+
+def test_the_trigger_line_says_why_in_words_not_the_events_internal_id(snapshot, tmp_path):
+    """Probe 157 L6: the incident page's trigger line read "Taken because: gpu:3 is held idle
+    (gpu_held_idle:gpu:3:1796635801.002) at ...": an internal id with a Unix time in it. It
+    says since when the event stood instead."""
+    event_id = f"gpu_held_idle:gpu:0:{T0 + 5:.3f}"
+    out = tmp_path / "incident.db"
+    write_snapshot(snapshot.parent / "mlcost.db", out, T0, T0 + 31, trigger={
+        "kind": "gpu_held_idle", "target": "gpu:0", "at": T0 + 20,
+        "event": {"id": event_id, "kind": "gpu_held_idle", "target": "gpu:0",
+                  "started_at": T0 + 5},
+        "reason": f"gpu:0 is held idle ({event_id})"})
+    page = render_store(out)
+    line = re.search(r'<div class="trigger">(.*?)</div>', page)
+    assert line, page
+    assert line[1] == (f"Taken because: <b>gpu:0 is held idle, since "
+                       f"{clock.local_time(T0 + 5)}</b> at {clock.local_time(T0 + 20)}"), line[1]
+
+
+def test_the_wasted_line_lying_on_the_burn_line_lets_it_show(snapshot):
+    """Probe 157 L3: where all of the burn was wasted, the red wasted line lay exactly on the
+    blue burn line and the burn line could not be seen (two of the legend's three series
+    visible). Wasted and no process are drawn dashed over the solid burn line, and the legend
+    draws them so."""
+    page = render_store(snapshot)
+    chart = re.search(r'<svg class="chart[^"]*" data-chart="burn".*?</svg>', page, re.S)
+    assert chart, page
+    lines = re.findall(r'<polyline class="series" data-series="([^"]*)"[^>]*?'
+                       r'(?: stroke-dasharray="([^"]*)")? points=', chart[0])
+    assert [name for name, _ in lines] == ["burn $/h", "wasted $/h", "no process $/h"], lines
+    assert lines[0][1] == "" and lines[1][1] and lines[2][1] and lines[1][1] != lines[2][1]
+    legend = page[chart.end():].split("</div>")[0]
+    assert legend.count('class="dashed"') == 2, legend
+
+
+LABEL_SCRIPT = """[...document.querySelectorAll('svg.chart.lines text')].map(
+  t => t.getBoundingClientRect().height)"""
+
+
+def test_on_a_phone_the_line_charts_labels_can_be_read(snapshot, tmp_path):
+    """Probe 157 L2: the charts' 11-unit labels (the $ and % scales, the times) shrank with the
+    viewBox to ~4 px at 390 px. On a phone they are 24 units, ~9 px; at 1200 px as before."""
+    html = tmp_path / "labels.html"
+    render_html_file(snapshot, html)
+    phone = chromium.load(html.as_uri(), LABEL_SCRIPT, size=(390, 844)).value
+    assert phone and min(phone) >= 8, phone
+    wide = chromium.load(html.as_uri(), LABEL_SCRIPT, size=(1200, 1600)).value
+    assert wide and max(wide) <= 14, wide  # (11-unit text at about 0.6 of its size)

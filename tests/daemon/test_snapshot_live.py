@@ -178,7 +178,7 @@ def test_the_html_of_the_demo_renders_every_gpu(demo, tmp_path):
     assert len(charts["gpu-utilization"]["series"]) == 8  # the demo's 8 GPUs
     assert len(charts["gpu-memory"]["series"]) == 8
     assert [s["name"] for s in charts["burn"]["series"]] == ["burn $/h", "wasted $/h",
-                                                             "unused $/h"]
+                                                             "no process $/h"]
     for chart in charts.values():
         assert all(s["drawn"] == s["declared"] > 0 for s in chart["series"]), chart
 
