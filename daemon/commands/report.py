@@ -13,7 +13,6 @@ from typing import Any
 from daemon import clock
 from daemon.analysis import latency_report
 from daemon.analysis.balance import MID_UTILIZATION, SAMPLED, phase_balances
-from daemon.analysis.book import KILL_ACTIONS, RESOLVED
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, unseen_json
 from daemon.analysis.gpu_models import split_by_model
@@ -29,6 +28,10 @@ from daemon.analysis.ledger import (
 )
 from daemon.analysis.price_history import PriceHistory, as_then
 from daemon.analysis.range_ticks import edge_ticks, not_recorded_s, recording_gaps, tick_before
+from daemon.analysis.recommendations_at import as_of as _as_of
+from daemon.analysis.recommendations_at import evidence_note as _evidence_note
+from daemon.analysis.recommendations_at import with_resolutions as _with_resolutions
+from daemon.analysis.recommendations_at import with_savings as _recommendations_review
 from daemon.analysis.recorded_spend import (
     CostBetween,
     recorded_cost_between,
@@ -38,7 +41,6 @@ from daemon.analysis.recorded_spend import (
     unrecorded,
 )
 from daemon.analysis.rules.base import plural
-from daemon.analysis.rules.combine import savings_document
 from daemon.analysis.timeline import RAW_MAX_SPAN_S as TIMELINE_RAW_MAX_SPAN_S
 from daemon.analysis.timeline import RawWindow, raw_sample_count
 from daemon.analysis.timeline import build as build_timeline
@@ -289,8 +291,6 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
         config, recorded_price, catalog, HOURS_PER_MONTH * covered_s / since_s if since_s > 0
         else HOURS_PER_MONTH))
     return document
-
-
 
 
 def _with_run_edges(reader: StoreReader, raw: RawWindow, start: float, end: float,
@@ -1132,100 +1132,6 @@ def _render_managed(managed: dict[str, Any] | None) -> list[str]:
                                       f"{managed['self_managed_source']}"):
         out += textwrap.wrap(text, WRAP_WIDTH, initial_indent="  ", subsequent_indent="    ")
     return out
-
-
-def _recommendations_review(recommendations: list[dict[str, Any]],
-                            price: dict[str, Any] | None,
-                            gpus: list[dict[str, Any]]) -> dict[str, Any]:
-    """`recommendations` (each with its combined share) and `savings` (the one potential
-    figure, never more than the host's monthly bill): the listed ones combined in the stated
-    order, as the daemon and mlcost-top combine them (daemon.analysis.rules.combine). One
-    resolved by the range's end (`_with_resolutions`) is listed with its own figure but not
-    combined: there is nothing left to save by it (`savings["resolved"]` counts them)."""
-    per_hour = (price or {}).get("per_hour")
-    still = [r for r in recommendations if r.get("status") != "resolved"]
-    recs, savings = savings_document(
-        still, per_hour if isinstance(per_hour, int | float) else None,
-        [int(g["index"]) for g in gpus if isinstance(g.get("index"), int)])
-    recs.sort(key=lambda r: -(r.get("combined_savings_per_month") or 0.0))
-    resolved = [dict(r, combined_savings_per_month=None, savings_order=None)
-                for r in recommendations if r.get("status") == "resolved"]
-    savings["resolved"] = len(resolved)
-    return {"recommendations": recs + resolved, "savings": savings}
-
-
-def _as_of(reader: StoreReader, since: float, end: float) -> list[dict[str, Any]]:
-    """The recommendations seen in [since, end] as they stood at `end`: each one's text (its
-    figures, savings, evidence) from the latest one the store kept at or before `end`
-    (recommendation_texts: a new one whenever the text changes, and every 5 minutes while only
-    its figures move, as mlcost-top's replay of `end` shows it), not the one its row holds now (probe 151 F7: `report --until T`
-    of the live store showed the evaluation made after T, unlike a snapshot of the same
-    range); one first seen after `end` is left out. Where the store kept no text at or before
-    `end` (a store from before the texts were kept), the row's latest, as before."""
-    found = [rec for rec in queries.recommendations(reader, since)
-             if not (isinstance(rec.get("first_seen"), int | float) and rec["first_seen"] > end)]
-    texts = queries.recommendation_texts(reader, since, end)
-    out = []
-    for rec in found:
-        text = texts.get(str(rec.get("id")))
-        if text is not None and text[0] <= end:
-            written, body = text
-            rec = dict(body, first_seen=rec["first_seen"], last_seen=rec["last_seen"],
-                       snoozed_until=rec["snoozed_until"])
-            if isinstance(body.get("evidence_seconds"), int | float):
-                # it stood since its text was written: evidence grows one for one (as replay)
-                rec["evidence_seconds"] = body["evidence_seconds"] + max(
-                    min(end, rec["last_seen"]) - written, 0.0)
-        out.append(rec)
-    # largest savings first, as queries.recommendations orders them (by the figures at `end`)
-    return sorted(out, key=lambda r: -(r.get("savings_per_month") or 0.0)
-                  if isinstance(r.get("savings_per_month"), int | float) else 0.0)
-
-
-def _with_resolutions(reader: StoreReader, recommendations: list[dict[str, Any]],
-                      end: float) -> list[dict[str, Any]]:
-    """`recommendations` as the range's end found them: one the live view let go by then (its
-    resolved notice at or after its last sighting: daemon.analysis.book) has status "resolved"
-    and `resolved_at`, where its stored document said the status of its last sighting. A
-    resolved SIGTERM's action is withdrawn (kind "advice"): the live view drops a kill as soon
-    as its condition goes false (the process worked or served since), and a report read later
-    must not offer it either (probe 143 F8)."""
-    if not recommendations:
-        return recommendations
-    since = min(float(r.get("last_seen") or end) for r in recommendations)
-    went: dict[str, float] = {}
-    for event in queries.events(reader, since, end):
-        ended = event.get("ended_at")
-        if event.get("kind") == RESOLVED and isinstance(ended, int | float) and ended <= end:
-            went[str(event.get("target"))] = max(ended, went.get(str(event.get("target")), ended))
-    for rec in recommendations:
-        at = went.get(f"{rec.get('rule')} {rec.get('target')}")
-        last = rec.get("last_seen")
-        if at is None or not isinstance(last, int | float) or at < last:
-            continue
-        rec.update(status="resolved", resolved_at=at, condition_false_since=None,
-                   resolves_at=None)
-        action = rec.get("action")
-        if isinstance(action, dict) and action.get("kind") in KILL_ACTIONS:
-            rec["action"] = {"kind": "advice", "text": (
-                f"no SIGTERM: withdrawn at {clock.local_time(at, date=False)}, when the process "
-                "no longer idled as it did (it worked or served since)")}
-    return recommendations
-
-
-def _evidence_note(rec: dict[str, Any]) -> str:
-    """'; preliminary: 0.2 h of 30 h observed; thresholds shortened; resolved 14:45:20' or
-    ''."""
-    note = ""
-    if rec.get("preliminary"):
-        seen = float(rec.get("evidence_seconds") or 0.0) / 3600
-        needed = float(rec.get("evidence_needed_seconds") or 0.0) / 3600
-        note += f"; preliminary: {seen:.1f} h of {needed:g} h observed"
-    if rec.get("thresholds_shortened"):
-        note += "; thresholds shortened"
-    if rec.get("status") == "resolved" and isinstance(rec.get("resolved_at"), int | float):
-        note += f"; resolved {clock.local_time(rec['resolved_at'], date=False)}"
-    return note
 
 
 def _render_recommendations(recommendations: list[dict[str, Any]],
