@@ -30,6 +30,7 @@ from daemon.analysis.price_history import PriceHistory, as_then
 from daemon.analysis.range_ticks import edge_ticks, not_recorded_s, recording_gaps, tick_before
 from daemon.analysis.recommendations_at import as_of as _as_of
 from daemon.analysis.recommendations_at import evidence_note as _evidence_note
+from daemon.analysis.recommendations_at import money_text, potential_lines
 from daemon.analysis.recommendations_at import with_resolutions as _with_resolutions
 from daemon.analysis.recommendations_at import with_savings as _recommendations_review
 from daemon.analysis.recorded_spend import (
@@ -1140,23 +1141,8 @@ def _render_recommendations(recommendations: list[dict[str, Any]],
            "before it)"]
     if not recommendations:
         return out + ["  none in this window"]
-    if savings and savings.get("bill_per_month"):
-        out.append(f"  potential savings ${savings['potential_per_month']:,.0f}/month combined "
-                   f"(the host's bill: ${savings['bill_per_month']:,.0f}/month; on their own "
-                   f"they would claim ${savings['standalone_sum_per_month']:,.0f})")
-        out.append(f"  order: {savings['order']}")
-    if savings and savings.get("resolved"):
-        out.append(f"  not counted: {savings['resolved']} resolved by the range's end")
+    out += ["  " + line for line in potential_lines(savings)]
     for rec in recommendations:
-        alone = rec.get("savings_per_month")
-        combined = rec.get("combined_savings_per_month")
-        if not alone:
-            money = "no $ figure"
-        elif rec.get("status") == "resolved":
-            money = f"${alone:,.0f}/month while it lasted, not counted"
-        elif combined is None:
-            money = f"${alone:,.0f}/month"
-        else:
-            money = f"${combined:,.0f}/month combined, ${alone:,.0f} alone"
+        money = money_text(rec)
         out.append(f"  [{money}{_evidence_note(rec)}] {rec['summary']}")
     return out
