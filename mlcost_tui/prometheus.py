@@ -63,6 +63,10 @@ class FleetHost:
     # hostname and instance_type are the last ones Prometheus had (a host that stopped
     # reporting), not the ones of now
     last_seen: bool = False
+    # a down host's price an hour as it last reported it within LAST_SEEN: billed all the same
+    # while its daemon does not answer (deploy/prometheus's mlcost:fleet_unreported_dollars_
+    # per_hour, the same reading)
+    last_price_per_hour: float | None = None
 
     @property
     def api_url(self) -> str | None:
@@ -87,6 +91,19 @@ class FleetView:
     def total(self, field: str) -> float | None:
         values = [getattr(h, field) for h in self.hosts if h.up and getattr(h, field) is not None]
         return sum(values) if values else None
+
+    def unreported(self) -> tuple[int, float]:
+        """The hosts down now that reported a price within LAST_SEEN, and those prices summed:
+        the part of the fleet's burn its daemons do not report now (the cloud bills them)."""
+        prices = [h.last_price_per_hour for h in self.hosts
+                  if not h.up and h.last_price_per_hour is not None]
+        return len(prices), sum(prices)
+
+    def burn(self) -> float | None:
+        """The fleet's burn an hour: the hosts up, and those down at their last price."""
+        up = self.total("burn_per_hour")
+        count, down = self.unreported()
+        return up if not count else (up or 0.0) + down
 
 
 class PrometheusFleet:
@@ -152,6 +169,8 @@ class PrometheusFleet:
             "up": f"up{{{job}}}",
             "info": f"mlcost_host_info{{{job}}}",
             "seen": f"last_over_time(mlcost_host_info{{{job}}}[{LAST_SEEN}])",
+            "price_seen": f"last_over_time(mlcost_host_price_dollars_per_hour{{{job}}}"
+                          f"[{LAST_SEEN}])",
             "burn": f"mlcost_host_burn_dollars_per_hour{{{job}}}",
             "wasted": f"mlcost_host_wasted_dollars_per_hour{{{job}}}",
             "gpus": f"count by (instance) (mlcost_gpu_up{{{job}}})",
@@ -203,7 +222,9 @@ class PrometheusFleet:
                 savings_per_month=value("savings", instance),
                 top_rule=one_line(str((best or {}).get("metric", {}).get("rule", ""))),
                 top_rule_savings_per_month=value("top", instance),
-                api_port=labels.get("api_port", ""), last_seen=last_seen))
+                api_port=labels.get("api_port", ""), last_seen=last_seen,
+                last_price_per_hour=(None if value("up", instance) == 1.0
+                                     else value("price_seen", instance))))
         elsewhere: tuple[str, ...] = ()
         if not hosts:  # mlcostd's series under other scrape jobs: say which
             jobs = await self.query("count by (job) (mlcost_host_info)")

@@ -181,7 +181,11 @@ def summary(url: str, view: FleetView | None, error: str | None,
         known = [h.idle_gpus for h in view.hosts if h.up and h.idle_gpus is not None]
         idle = sum(known) if known else None
         text.append(f"{view.up}/{len(view.hosts)} up  ")
-        text.append(f"burn {fmt.money(view.total('burn_per_hour'))}/h  ")
+        text.append(f"burn {fmt.money(view.burn())}/h  ")
+        down, _ = view.unreported()
+        if down:  # billed all the same: kept in the burn at their last price, and said
+            text.append(f"({down} not reporting, at {'its' if down == 1 else 'their'} last "
+                        "price)  ", style=MUTED)
         text.append(f"wasted {fmt.money(view.total('wasted_per_hour'))}/h  ")
         text.append(f"idle GPUs {fmt.DASH if idle is None else idle}", style=BAD if idle else "")
         lost = sum(h.lost_gpus or 0 for h in view.hosts if h.up)

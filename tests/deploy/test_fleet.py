@@ -640,6 +640,13 @@ async def test_mlcost_top_prometheus_shows_the_fleet_and_opens_a_reachable_host(
         assert app.check_action("filter", ()) is False  # no host's panels behind the table
         header = str(screen.query_one("#prometheus-summary").render())
         assert f"{len(up)}/3 up" in header
+        if down not in up:
+            # the fleet's burn keeps the dead host at its last price, as the recording rule
+            # does, and says so (probe 156 F3: it fell to the live hosts' sum, unsaid)
+            prices = fleet.prometheus.values(
+                'last_over_time(mlcost_host_price_dollars_per_hour{job="mlcost"}[1h])')
+            assert f"burn {fmt.money(sum(prices.values()))}/h" in header, (header, prices)
+            assert "(1 not reporting, at its last price)" in header, header
         if down not in up:  # enter on the dead host: the notice, and the table stays
             table.move_cursor(row=table.get_row_index(down))
             await pilot.press("enter")
