@@ -15,6 +15,7 @@ from typing import Any
 
 from daemon.analysis.busy import IdleThresholds
 from daemon.analysis.cost import Burn, burn, gpu_wasted_per_hour
+from daemon.analysis.ledger import recording_gap_s
 from daemon.analysis.price_history import PriceHistory
 from daemon.sources.sample import Sample
 from daemon.store import queries
@@ -40,6 +41,24 @@ def raw_sample_count(processes: int, most: int = MAX_RAW_SAMPLES) -> int:
     """How many ticks a raw read of a window with `processes` processes picks: at most `most`,
     within RAW_PROCESS_ROWS process rows, never under MIN_RAW_SAMPLES (nor over `most`)."""
     return min(most, max(MIN_RAW_SAMPLES, RAW_PROCESS_ROWS // max(processes, 1)))
+
+
+COST_SAMPLES = 150  # ticks the spend of a window longer than RAW_MAX_SPAN_S is sampled at
+
+
+def cost_sample_count(span_s: float, processes: int) -> int:
+    """How many ticks the cost pass of a window `span_s` long with `processes` processes reads
+    (raw_sample_count; at most COST_SAMPLES beyond RAW_MAX_SPAN_S): the report's and a
+    snapshot page's, so each process's dollars on both are the same ticks' replay (probe 157
+    H2: the page's 240-tick spread read $0.6793 where the report read $0.6782)."""
+    return raw_sample_count(processes, MAX_RAW_SAMPLES if round(span_s, 3) <= RAW_MAX_SPAN_S
+                            else COST_SAMPLES)
+
+
+def sampled_gap_s(interval_s: float, span_s: float, ticks: int) -> float:
+    """The longest interval a replay of `ticks` ticks read evenly over `span_s` charges whole
+    (CostLedger max_gap_s): the recorded interval's gap, or 3 sampling steps."""
+    return max(recording_gap_s(interval_s), 3 * span_s / max(ticks, 1))
 
 
 @dataclass(frozen=True)

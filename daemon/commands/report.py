@@ -43,7 +43,7 @@ from daemon.analysis.recorded_spend import (
 )
 from daemon.analysis.rules.base import plural
 from daemon.analysis.timeline import RAW_MAX_SPAN_S as TIMELINE_RAW_MAX_SPAN_S
-from daemon.analysis.timeline import RawWindow, raw_sample_count
+from daemon.analysis.timeline import RawWindow, cost_sample_count, raw_sample_count, sampled_gap_s
 from daemon.analysis.timeline import build as build_timeline
 from daemon.commands import report_energy, report_latency
 from daemon.commands import review as team_review
@@ -79,7 +79,6 @@ DEFAULT_SPAN_S = 3600.0  # the window of a store a daemon records into, without 
 # cut by the window is placed by its raw ticks: queries.spend_by_day).
 RAW_MAX_SPAN_S = 900.0
 SAMPLED_SPEND_MAX_S = 6 * 3600.0
-COST_SAMPLES = 150  # ticks the spend of a window over RAW_MAX_SPAN_S is sampled at
 BY_KEYS = ("kind", "job", "user")  # what the review can split spend by (--by)
 
 
@@ -167,7 +166,7 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
         recorded_price, price = then, host["price"]
     # The window's raw ticks, read and priced once for the timeline, the cost pass and the
     # energy (an hour or less; beyond, the timeline reads the rollups and the cost pass its
-    # own COST_SAMPLES), bounded in process rows (timeline.raw_sample_count).
+    # own timeline.COST_SAMPLES), bounded in process rows (timeline.raw_sample_count).
     raw = (RawWindow.read(reader, start, end, raw_sample_count(len(processes)), prices,
                           thresholds) if round(end - start, 3) <= TIMELINE_RAW_MAX_SPAN_S
            else None)
@@ -182,7 +181,7 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
                          interval)
     # The ticks the cost pass and the energy split read: the raw window, else an even spread.
     sampled = raw or RawWindow.read(reader, start, end,
-                                    raw_sample_count(len(processes), COST_SAMPLES),
+                                    cost_sample_count(end - start, len(processes)),
                                     prices, thresholds)
     # A target's dollars between two instants as the ledger charged them (the unit costs and
     # the cost per request: what it spent between the first and last reading of its counter)
@@ -268,7 +267,7 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     for gpu in gpus:  # null without an electricity price: a contract's key is never left out
         gpu.setdefault("energy_per_hour", None)
     report_energy.section(document, edged[0].samples if edged else sampled.samples, start, end,
-                          max(recording_gap_s(interval), 3 * (end - start) / max(len(sampled.samples), 1)),
+                          sampled_gap_s(interval, end - start, len(sampled.samples)),
                           jobs, config, rollup_interval=interval if rolled else None,
                           run_starts=starts, gap_ends=edged[1] if edged else frozenset(),
                           before=edged[2] if edged else None)
@@ -538,9 +537,8 @@ def _window_cost(raw: RawWindow, gap_ends: frozenset[int], before: float | None,
     # Sampled ticks are further apart than recorded ones by the sampling step, so the limit
     # grows with it; a recording gap inside a run (`gap_ends`, both its ticks read) is capped
     # as the ledger capped it, and nothing is charged across a daemon start.
-    step = (end - start) / len(samples)
     readings = readings or {}
-    ledger = CostLedger(jobs, max_gap_s=max(recording_gap_s(interval), 3 * step),
+    ledger = CostLedger(jobs, max_gap_s=sampled_gap_s(interval, end - start, len(samples)),
                         run_starts=run_starts(readings), gap_ends=gap_ends)
     # (readings hold the last daemon start before the window: none charged across it)
     ledger.last_ts = before

@@ -19,10 +19,11 @@ from daemon.analysis.cost import HostPrice, burn
 from daemon.analysis.energy import recorded_grid, window_meter, window_summary
 from daemon.analysis.gpu_models import split_by_model
 from daemon.analysis.idle import costed_to
-from daemon.analysis.ledger import BurnRates, CostLedger, JobLabeler, recording_gap_s, run_starts
+from daemon.analysis.ledger import BurnRates, CostLedger, JobLabeler, run_starts
 from daemon.analysis.price_history import PriceHistory, as_then
 from daemon.analysis.range_ticks import recording_gaps, tick_before, with_edges
 from daemon.analysis.recorded_spend import recorded_cost_between
+from daemon.analysis.timeline import cost_sample_count, sampled_gap_s
 from daemon.sources.safe_text import one_line
 from daemon.store import queries
 from daemon.store.reader import StoreReader
@@ -145,29 +146,40 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
     before = tick_before(reader, start)
     gaps = recording_gaps(reader, start if before is None else before, end)
     samples = with_edges(reader, spread, start, end, starts, gaps)
+    # The spend, each process's dollars and the energy replay the ticks `mlcostd report` of
+    # the range replays (timeline.cost_sample_count, with the same edges and the same gap cap),
+    # so the page says its dollars to the cent (probe 157 H2: from the charts' 240-tick spread
+    # a process read $0.6793 beside the report's $0.6782); the charts keep their spread.
+    cost_ticks = reader.samples(start, end, max_samples=cost_sample_count(end - start,
+                                                                        len(processes)))
+    costed = with_edges(reader, cost_ticks, start, end, starts, gaps)
     if as_then(host, data.gpus, readings, prices, end) is not None:  # the host at the end
         data.price = host["price"]
     # across a restart onto other GPUs: a row per GPU and model, each over its part (as the
     # report's; the page reads raw ticks, so each part is cut at its change)
     data.gpus = split_by_model(reader, data.gpus, readings, start, end, rolled=False)
-    priced = [(sample, charged) for sample in samples
+    priced = [(sample, charged) for sample in costed
               for charged in (prices.at(sample.ts),) if charged is not None]
     if samples:
         data.price_changes = [(since, charged.as_dict())
                               for since, charged in prices.changes_within(samples[0].ts, end)]
     # each process's burn: its dollars over the seconds it was charged (as the report's)
     rates = BurnRates()
-    max_gap_s = max(recording_gap_s(interval), 1.5 * (end - start) / max(len(spread) - 1, 1))
     if priced:
         # (its first tick after the start charged the interval before it, as the report's
         # spend and the review charge it: the tick before the range, where the file holds one)
-        ledger = CostLedger(max_gap_s=max_gap_s, run_starts=starts,
-                            gap_ends=frozenset(ts for _, ts in gaps))
+        ledger = CostLedger(max_gap_s=sampled_gap_s(interval, end - start, len(costed)),
+                            run_starts=starts, gap_ends=frozenset(ts for _, ts in gaps))
         ledger.last_ts = before
-        total, wasted, idle = [], [], []
         for sample, charged in priced:
             current = burn(sample, charged, thresholds)
             rates.add(current, ledger.add(current))
+        total, wasted, idle = [], [], []
+        for sample in samples:  # the charts' spread
+            then = prices.at(sample.ts)
+            if then is None:
+                continue
+            current = burn(sample, then, thresholds)
             total.append((sample.ts, current.total_per_hour))
             wasted.append((sample.ts, current.wasted_per_hour))
             idle.append((sample.ts, current.idle_per_hour))
@@ -186,10 +198,11 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
     # Energy and carbon over the same samples; the grid the daemon recorded (no config here).
     jobs = queries.recorded_jobs(reader)  # [cost].jobs as the daemon ran
     grid = recorded_grid(host)
-    meter, covered = window_meter(samples, JobLabeler(jobs).label, max_gap_s, starts,
+    meter, covered = window_meter(costed, JobLabeler(jobs).label,
+                                  sampled_gap_s(interval, end - start, len(cost_ticks)), starts,
                                   frozenset(ts for _, ts in gaps), before)
     energies = meter.processes()
-    if samples:
+    if costed:
         data.carbon = window_summary(meter, grid, covered, end - start)
 
     balances = phase_balances(reader, start, end, interval, processes)

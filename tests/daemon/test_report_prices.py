@@ -498,3 +498,49 @@ def test_the_page_and_the_replay_charge_a_stall_as_the_ledger_did(tmp_path):
         assert carbon["joules"] == pytest.approx(2 * 100.0 * charged_s, rel=1e-6)
     with Replay(db) as replay:
         assert replay.state_at(run[-1])["cost"]["total"] == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("ticks", [600, 5400])
+def test_the_pages_process_dollars_are_the_reports(tmp_path, ticks):
+    """Probe 157 H2: the snapshot page replayed its charts' 240-tick spread for each process's
+    dollars and energy, the report its own ticks (every one of a 10-min range of a few
+    processes; an even 150 of a long one): two processes sharing a GPU whose SM shares move
+    read $0.6793 on the page beside $0.6782 in the report. Both replay the same ticks now."""
+    from daemon.runtime.resume import record_price, record_start
+    from daemon.sources.sample import GpuUse, ProcessSample
+
+    config = make_config(tmp_path, instance=P4D)
+    price, _, _ = price_host.price_host(config, None, 1)
+    start = time.time() // 86400 * 86400 - 86400 + 3600 + 0.25
+    db = tmp_path / "mlcost.db"
+    with Store(str(db)) as store:
+        record_start(store, start - 1.5)
+        record_price(store, price, start - 1.5)
+        for tick in range(1, ticks + 1):
+            ts = start + tick
+            share = 10.0 + 80.0 * ((tick * 7) % 13) / 12  # a share that moves tick by tick
+            procs = tuple(ProcessSample(
+                pid=400 + n, start_time=start - 100, ppid=1, user="alice",
+                command=f"python train_{n}.py", cpu_seconds=float(tick),
+                gpus=(GpuUse(0, 4 << 30, share if n == 0 else 100.0 - share),))
+                for n in range(2))
+            gpu = GpuSample(0, "GPU-0", "A100", utilization=95.0, power_watts=200.0 + share,
+                            memory_used_bytes=8 << 30, memory_total_bytes=40 << 30)
+            store.write(Sample(ts=ts, tick=tick, gpus=(gpu,), processes=procs))
+        store.set_meta("host", {"hostname": "box", "interval_s": 1.0, "price": price.as_dict()})
+    reader = StoreReader(str(db))
+    try:
+        document = report.build(reader, ticks + 1, until=start + ticks, config=config)
+    finally:
+        reader.close()
+    page = report_html.collect(db)
+    reported = {p["pid"]: p for p in document["processes"]}
+    shown = {p["pid"]: p for p in page.processes}
+    assert set(reported) == set(shown) == {400, 401}
+    for pid in (400, 401):
+        assert shown[pid]["cost"] == pytest.approx(reported[pid]["cost"], rel=1e-9), pid
+        assert shown[pid]["burn_per_hour"] == pytest.approx(
+            reported[pid]["burn_per_hour"], rel=1e-9), pid
+        assert shown[pid]["energy"]["joules"] == pytest.approx(
+            reported[pid]["energy"]["joules"], rel=1e-9), pid
+    assert page.spend == pytest.approx(document["spend"]["total"], rel=1e-9)
