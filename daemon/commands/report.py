@@ -286,7 +286,11 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
         recommendations=document["recommendations"],
         current=current, spend_to=spend_to, cost_between=cost_between))
     review["carbon"] = report_energy.review_entry(document["carbon"])
-    covered_s = min(since_s, float(window.get("ticks") or 0) * interval)
+    # the time recorded: the seconds the spend charged (ticks x the store's last interval read
+    # 5 times too much of a run at 0.2 s ticks beside one at 1 s); else the ticks' share
+    charged_s = (document.get("spend") or {}).get("seconds")
+    covered_s = min(since_s, float(charged_s) if isinstance(charged_s, int | float)
+                    and charged_s > 0 else float(window.get("ticks") or 0) * interval)
     review["managed"] = (None if recorded_price is None else price_host.managed_review(
         config, recorded_price, catalog, HOURS_PER_MONTH * covered_s / since_s if since_s > 0
         else HOURS_PER_MONTH))

@@ -135,10 +135,47 @@ def test_the_review_compares_managed_when_asked(tmp_path):
     assert managed["managed_per_hour"] == 37.688
     assert managed["self_managed_per_hour"] == pytest.approx(32.7726)
     assert managed["markup_pct"] == pytest.approx((37.688 / 32.7726 - 1) * 100, abs=0.01)
-    # The observed workload: 11 samples of a 300 s window, as a share of a 730 h month.
-    assert managed["hours_per_month"] == pytest.approx(730 * 11 / 300, abs=0.1)
+    # The observed workload: the 10 s its 11 ticks were charged (the first charges nothing) of
+    # a 300 s window, as a share of a 730 h month.
+    assert managed["hours_per_month"] == pytest.approx(730 * 10 / 300, abs=0.1)
     text = report.render_text(document)
     assert "Managed vs self-managed" in text and "SageMaker Training ml.p4d.24xlarge" in text
+
+
+def test_the_managed_comparison_counts_the_seconds_recorded_across_an_interval_change(
+        tmp_path):
+    """fix-burn's note: the managed comparison took the time observed as ticks x the store's
+    last interval, so a run at 0.2 s ticks (300 ticks, 60 s) before one at 1 s (60 ticks)
+    read 360 s. It takes the seconds the spend charged."""
+    from daemon.runtime.resume import record_price, record_start
+
+    write_cache(tmp_path / "prices.json", [CachedPrice(
+        "aws", "us-east-1", "ml.p4d.24xlarge", "managed:sagemaker:training", 37.688,
+        time.time(), "AWS Price List API (AmazonSageMaker)",
+        attributes={"platform": "SageMaker", "component": "Training"})])
+    config = make_config(tmp_path, instance=P4D, pricing={"compare_managed": True})
+    price, _, instance = price_host.price_host(config, None, 2)
+    db = tmp_path / "mlcost.db"
+    start = time.time() - 200
+    runs = ([start + 0.2 * i for i in range(300)], [start + 100 + i for i in range(60)])
+    tick = 0
+    with Store(str(db)) as store:
+        for times in runs:
+            record_start(store, times[0] - 0.1)
+            record_price(store, price, times[0] - 0.1)
+            for ts in times:
+                tick += 1
+                gpus = tuple(GpuSample(n, f"GPU-{n}", "A100", utilization=50.0,
+                                       memory_used_bytes=1 << 30, memory_total_bytes=40 << 30)
+                             for n in range(2))
+                store.write(Sample(ts=ts, tick=tick, gpus=gpus))
+        store.set_meta("host", {"hostname": "box", "interval_s": 1.0, "price": price.as_dict(),
+                                "instance": instance})
+    document = build(db, config)
+    seconds = document["spend"]["seconds"]
+    assert seconds == pytest.approx(299 * 0.2 + 59, abs=1e-6)  # each run's first charges none
+    managed = document["review"]["managed"]
+    assert managed["hours_per_month"] == pytest.approx(730 * seconds / 300, abs=0.1)  # not 360
 
 
 def test_no_review_of_managed_prices_unless_managed_or_asked(tmp_path):
